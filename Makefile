@@ -1,0 +1,42 @@
+# dcaudit — every target installs what it needs into .venv/ first.
+PY      := .venv/bin/python
+UV      := .venv/bin/uv
+DCAUDIT := .venv/bin/dcaudit
+export DCAUDIT_HOME ?= $(CURDIR)/workspace
+# Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
+export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
+
+.PHONY: help install lock test lint bench audit-tox21 audit-all clean
+
+help:  ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.venv/.installed: pyproject.toml requirements.lock
+	python3 -m venv .venv
+	.venv/bin/pip install -q --disable-pip-version-check uv
+	$(UV) pip install -q --python $(PY) -r requirements.lock
+	$(UV) pip install -q --python $(PY) --no-deps -e .
+	touch $@
+
+install: .venv/.installed  ## create .venv/ from the lock file (all extras but spark)
+
+lock:  ## re-resolve requirements.lock from pyproject.toml
+	$(UV) pip compile pyproject.toml --extra all -o requirements.lock --python-version 3.11
+
+test: install  ## run the test suite (uses DCAUDIT_MIRROR for real data)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: install  ## ruff
+	.venv/bin/ruff check .
+
+bench: install  ## performance benchmarks -> bench/results/
+	$(PY) bench/fiber_audit.py
+
+audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
+	$(DCAUDIT) run tox21
+
+audit-all: install  ## every built-in spec
+	$(DCAUDIT) run tox21
+
+clean:  ## remove the workspace (downloads, tables, runs, catalog)
+	rm -rf workspace

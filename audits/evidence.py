@@ -1,0 +1,158 @@
+"""Evidence maps: how a candidate's benchmark observables become a fiber key, computed in DuckDB SQL.
+
+Fiber rules, in the CLI's notation (DESIGN §4):
+
+* ``exact``        identical values of every evidence column;
+* ``quantile:K``   K equal-count bins per numeric column (cut points deduplicated, bins ``(lo, hi]``);
+* ``width:W``      fixed-width bins ``floor(x / W)``;
+* ``knn:K``        the K nearest neighbours in sorted evidence (a window per candidate);
+* ``window:T``     every candidate within ``|Δ evidence| <= T`` (a window per candidate).
+
+The first three partition candidates and are audited by :mod:`dcaudit.audits.fibers`; the window
+rules give each candidate its own neighbourhood and are audited by :mod:`dcaudit.audits.sensitivity`.
+Missing evidence is handled by ``missing``: ``drop`` keeps complete cases only (the paper's choice;
+the others are kept in the candidates table with status ``excluded``), ``as-value`` makes "missing"
+a value of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import duckdb
+
+from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit.errors import SpecError
+
+RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
+PARTITION_RULES = ("exact", "quantile", "width")
+WINDOW_RULES = ("knn", "window")
+
+
+@dataclass(frozen=True)
+class FiberRule:
+    kind: RuleKind
+    param: float | None = None
+
+    def __str__(self) -> str:
+        if self.param is None:
+            return self.kind
+        value = int(self.param) if self.kind in {"quantile", "knn"} else self.param
+        return f"{self.kind}:{value:g}" if isinstance(value, float) else f"{self.kind}:{value}"
+
+    @property
+    def is_window(self) -> bool:
+        return self.kind in WINDOW_RULES
+
+
+def parse_fiber_rule(text: str) -> FiberRule:
+    """``exact``, ``quantile:20``, ``width:0.5``, ``knn:25`` or ``window:0.042``."""
+    kind, _, arg = str(text).strip().lower().partition(":")
+    if kind == "exact" and not arg:
+        return FiberRule("exact")
+    if kind in {"quantile", "knn"}:
+        if not arg.isdigit() or int(arg) < (2 if kind == "quantile" else 1):
+            raise SpecError(f"fiber rule {text!r}: {kind} takes a whole number of "
+                            f"{'bins >= 2' if kind == 'quantile' else 'neighbours >= 1'}, e.g. {kind}:20")
+        return FiberRule(kind, int(arg))  # type: ignore[arg-type]
+    if kind in {"width", "window"}:
+        try:
+            value = float(arg)
+        except ValueError:
+            value = math.nan
+        if not (value > 0 and math.isfinite(value)):
+            raise SpecError(f"fiber rule {text!r}: {kind} takes a positive number, e.g. {kind}:0.5")
+        return FiberRule(kind, value)  # type: ignore[arg-type]
+    raise SpecError(f"unknown fiber rule {text!r}; use exact, quantile:K, width:W, knn:K or window:T")
+
+
+@dataclass(frozen=True)
+class EvidenceMap:
+    """Which columns are the evidence and how they become fiber keys."""
+
+    columns: tuple[str, ...]
+    rule: FiberRule = FiberRule("exact")
+    missing: Literal["drop", "as-value"] = "drop"
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise SpecError("the evidence map names no columns")
+        if len(set(self.columns)) != len(self.columns):
+            raise SpecError(f"evidence columns repeat: {', '.join(self.columns)}")
+        if self.missing not in ("drop", "as-value"):
+            raise SpecError(f"missing = {self.missing!r}: use 'drop' (complete cases) or 'as-value'")
+        if self.rule.is_window and len(self.columns) != 1:
+            raise SpecError(f"fiber rule {self.rule} windows one numeric column; got {len(self.columns)}")
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.columns)
+
+    def refine(self, *extra: str) -> EvidenceMap:
+        """The same map with more evidence columns (a probe added)."""
+        return EvidenceMap(self.columns + tuple(extra), self.rule, self.missing)
+
+
+def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, column: str, k: int,
+                  where: str = "TRUE") -> list[float]:
+    """Interior cut points of ``k`` equal-count bins, deduplicated (ties never straddle a cut)."""
+    probs = ", ".join(f"{i / k!r}" for i in range(1, k))
+    row = con.execute(
+        f"SELECT quantile_cont({quote_identifier(column)}, [{probs}]) FROM {relation} "
+        f"WHERE {quote_identifier(column)} IS NOT NULL AND {where}"
+    ).fetchall()[0][0]
+    return sorted({float(c) for c in row}) if row else []
+
+
+def _bin_sql(column: str, rule: FiberRule, cuts: list[float] | None) -> str:
+    col = quote_identifier(column)
+    if rule.kind == "exact":
+        return col
+    if rule.kind == "width":
+        return f"CAST(floor(CAST({col} AS DOUBLE) / {rule.param!r}) AS BIGINT)"
+    if rule.kind == "quantile":
+        # Bin index = number of cut points strictly below the value: bins are (lo, hi].
+        terms = " + ".join(f"CAST({col} > {c!r} AS INTEGER)" for c in (cuts or []))
+        return f"CASE WHEN {col} IS NULL THEN NULL ELSE {terms or '0'} END"
+    raise SpecError(f"fiber rule {rule} gives each candidate its own window; use the sensitivity audit")
+
+
+@dataclass(frozen=True)
+class EvidenceSQL:
+    """The SELECT that turns a source relation into (candidate_id, k0..kn, x0, y, reason)."""
+
+    sql: str
+    key_columns: tuple[str, ...]
+    cuts: dict[str, list[float]]
+
+
+def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
+                    claim: Claim, available: list[str]) -> EvidenceSQL:
+    """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
+
+    ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
+    """
+    check_columns((id_column, *emap.columns), available, what="the evidence map")
+    check_columns(claim.columns, available, what=f"claim {claim.text!r}")
+    complete = " AND ".join(f"{quote_identifier(c)} IS NOT NULL" for c in emap.columns)
+    cuts: dict[str, list[float]] = {}
+    if emap.rule.kind == "quantile":
+        # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
+        where = f"({claim.sql}) IS NOT NULL" + (f" AND {complete}" if emap.missing == "drop" else "")
+        for col in emap.columns:
+            cuts[col] = quantile_cuts(con, relation, col, int(emap.rule.param or 0), where)
+    keys = tuple(f"k{i}" for i in range(len(emap.columns)))
+    parts = [f"{_bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
+    missing = "FALSE" if emap.missing == "as-value" else f"NOT ({complete})"
+    first = quote_identifier(emap.columns[0])
+    x0 = f"TRY_CAST({first} AS DOUBLE)" if emap.rule.kind != "exact" else "NULL::DOUBLE"
+    sql = (
+        f"SELECT CAST({quote_identifier(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
+        f"{x0} AS x0, CAST({claim.sql} AS BOOLEAN) AS y, "
+        f"CASE WHEN ({claim.sql}) IS NULL THEN 'claim missing' "
+        f"WHEN {missing} THEN 'evidence missing' END AS reason "
+        f"FROM {relation}"
+    )
+    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts)

@@ -1,0 +1,148 @@
+"""The mixed-fiber audit: is the claim constant on every fiber of the evidence map?
+
+Status of a fiber (and of each of its candidates):
+
+* ``certified_true`` / ``certified_false`` — every member has the same claim value and the fiber
+  has at least ``min_support`` members;
+* ``ambiguous`` — both claim values occur (a mixed fiber is proof of ambiguity at any size);
+* ``unsupported`` — pure, but with fewer than ``min_support`` members.
+
+Candidates the evidence map excludes (missing evidence under ``missing = "drop"``, or a missing
+claim value) are kept in the candidates table with status ``excluded`` and a reason; fractions are
+over the audited candidates, so certified + ambiguous + unsupported fractions sum to 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.audits.claims import Claim
+from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, evidence_select
+from dcaudit.errors import InputError, SpecError
+
+STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class AuditLabels:
+    """What the rows of this audit are called in the evidence package."""
+
+    source: str
+    audit_id: str
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class FiberAudit:
+    summary: pa.Table
+    fibers: pa.Table
+    candidates: pa.Table | None
+
+
+def status_sql(n: str, n_true: str, min_support: int) -> str:
+    return (
+        f"CASE WHEN {n_true} > 0 AND {n_true} < {n} THEN 'ambiguous' "
+        f"WHEN {n} < {int(min_support)} THEN 'unsupported' "
+        f"WHEN {n_true} = {n} THEN 'certified_true' ELSE 'certified_false' END"
+    )
+
+
+def _lit(value: object) -> str:
+    if value is None:
+        return "NULL::VARCHAR"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def audit_fibers(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    min_support: int = 1,
+    labels: AuditLabels,
+    with_candidates: bool = True,
+) -> FiberAudit:
+    """Run the audit on ``relation`` (a table or view in ``con``); all grouping happens in DuckDB."""
+    if min_support < 1:
+        raise SpecError(f"min_support must be >= 1, got {min_support}")
+    if evidence.rule.is_window:
+        raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
+    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available)
+    tag = next(_counter)
+    ev_t, fib_t = f"_ev_{tag}", f"_fib_{tag}"
+    keys = ", ".join(ev.key_columns)
+    try:
+        con.execute(f"CREATE TEMP TABLE {ev_t} AS {ev.sql}")
+    except duckdb.Error as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
+                         file=relation) from exc
+    key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in ev.key_columns)
+    con.execute(
+        f"""CREATE TEMP TABLE {fib_t} AS
+        SELECT {keys}, n, n_true, lo, hi,
+               CAST(row_number() OVER (ORDER BY {keys} NULLS LAST) - 1 AS BIGINT) AS fiber_key,
+               {status_sql('n', 'n_true', min_support)} AS status
+        FROM (SELECT {keys}, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true,
+                     min(x0) AS lo, max(x0) AS hi
+              FROM {ev_t} WHERE reason IS NULL GROUP BY {keys})"""
+    )
+    head = (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, "
+            f"{_lit(claim.text)} AS claim, {_lit(evidence.label)} AS evidence, "
+            f"{_lit(str(evidence.rule))} AS fiber_rule, {_lit(labels.model)} AS model")
+    summary = con.sql(
+        f"""WITH f AS (SELECT * FROM {fib_t}),
+        ex AS (SELECT count(*) AS n_excluded FROM {ev_t} WHERE reason IS NOT NULL),
+        a AS (SELECT
+            coalesce(sum(n), 0) AS n_candidates,
+            count(*) AS n_fibers,
+            count_if(status = 'ambiguous') AS n_mixed_fibers,
+            count_if(status = 'unsupported') AS n_unsupported_fibers,
+            coalesce(sum(n) FILTER (WHERE status = 'certified_true'), 0) AS certified_true,
+            coalesce(sum(n) FILTER (WHERE status = 'certified_false'), 0) AS certified_false,
+            coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS ambiguous,
+            coalesce(sum(n) FILTER (WHERE status = 'unsupported'), 0) AS unsupported,
+            coalesce(sum(n_true), 0) AS n_true,
+            -- every candidate gets its fiber's majority action: the minority is decided wrongly
+            coalesce(sum(least(n_true, n - n_true)), 0) AS benchmark_only_errors,
+            median(n) AS median_fiber_size
+          FROM f)
+        SELECT {head}, {int(min_support)} AS min_support,
+            CAST(n_candidates AS BIGINT) AS n_candidates, CAST(ex.n_excluded AS BIGINT) AS n_excluded,
+            CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
+            CAST(n_unsupported_fibers AS BIGINT) AS n_unsupported_fibers,
+            CAST(certified_true AS BIGINT) AS certified_true, CAST(certified_false AS BIGINT) AS certified_false,
+            CAST(ambiguous AS BIGINT) AS ambiguous, CAST(unsupported AS BIGINT) AS unsupported,
+            (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
+            ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
+            unsupported / nullif(n_candidates, 0) AS unsupported_fraction,
+            n_mixed_fibers / nullif(n_fibers, 0) AS mixed_fiber_fraction,
+            n_true / nullif(n_candidates, 0) AS prevalence,
+            CAST(benchmark_only_errors AS BIGINT) AS benchmark_only_errors,
+            benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
+            CAST(median_fiber_size AS DOUBLE) AS median_fiber_size
+        FROM a, ex"""
+    ).to_arrow_table()
+    fibers = con.sql(
+        f"""SELECT {head}, fiber_key, {key_str} AS evidence_key, lo AS evidence_lo, hi AS evidence_hi,
+                   CAST(n AS BIGINT) AS n, n_true, status
+            FROM {fib_t} ORDER BY fiber_key"""
+    ).to_arrow_table()
+    candidates = None
+    if with_candidates:
+        on = " AND ".join(f"e.{k} IS NOT DISTINCT FROM f.{k}" for k in ev.key_columns)
+        candidates = con.sql(
+            f"""SELECT {head}, e.candidate_id, f.fiber_key, e.y AS claim_value,
+                       coalesce(f.status, 'excluded') AS status, e.reason AS excluded_reason
+                FROM {ev_t} e LEFT JOIN {fib_t} f ON e.reason IS NULL AND {on}
+                ORDER BY e.candidate_id"""
+        ).to_arrow_table()
+    con.execute(f"DROP TABLE {ev_t}; DROP TABLE {fib_t}")
+    return FiberAudit(summary=summary, fibers=fibers, candidates=candidates)

@@ -1,0 +1,122 @@
+"""Pipeline specs: *what* to audit (source, evidence maps, claims, support), separate from *how*.
+
+A spec is a TOML file; the built-in ones ship in ``dcaudit.pipelines`` (``tox21.toml`` …) and are
+named by their stem (``dcaudit run tox21``). Sections later stages read (``[replay]``,
+``[completion]``, ``[sensitivity]``) are kept as plain mappings and validated by their stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dcaudit.audits.claims import Claim, parse_claim
+from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+from dcaudit.errors import SpecError
+
+_TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice"}
+_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model"}
+
+
+@dataclass(frozen=True)
+class AuditTask:
+    """One claim audited against one evidence map."""
+
+    audit_id: str
+    claim: Claim
+    evidence: EvidenceMap
+    min_support: int = 1
+    table: str | None = None  # which table of the source (connectors may provide several)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    description: str
+    source: str                   # a connector name (tox21, jarvis, …) or a path to CSV/Parquet
+    id_column: str
+    audits: tuple[AuditTask, ...]
+    sections: dict[str, Any] = field(default_factory=dict)  # replay / completion / … as written
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def builtin_specs() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("dcaudit.pipelines").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def load_spec(name_or_path: str) -> PipelineSpec:
+    """A built-in spec by name, or a spec file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise SpecError(f"spec file {path} does not exist")
+        text, origin = path.read_text(), str(path)
+    else:
+        if name_or_path not in builtin_specs():
+            raise SpecError(f"no built-in spec {name_or_path!r}; built-in: {', '.join(builtin_specs())} "
+                            "(or give the path of a .toml spec)")
+        text = resources.files("dcaudit.pipelines").joinpath(f"{name_or_path}.toml").read_text()
+        origin = f"builtin:{name_or_path}"
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{origin}: not valid TOML: {exc}") from exc
+    return spec_from_dict(raw, origin=origin)
+
+
+def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec:
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    for key in ("name", "source", "audits"):
+        if key not in raw:
+            raise SpecError(f"{origin}: missing required key {key!r}")
+    source = raw["source"]
+    if not isinstance(source, dict) or "connector" not in source and "path" not in source:
+        raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
+    audits = []
+    for i, entry in enumerate(raw["audits"]):
+        where = f"{origin}: audits[{i}]"
+        bad = set(entry) - _AUDIT_KEYS
+        if bad:
+            raise SpecError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_AUDIT_KEYS)}")
+        if "claim" not in entry or "evidence" not in entry:
+            raise SpecError(f"{where}: needs claim and evidence")
+        evidence = entry["evidence"]
+        if isinstance(evidence, str):
+            evidence = [c.strip() for c in evidence.split(",") if c.strip()]
+        emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", "exact")),
+                           entry.get("missing", "drop"))
+        min_support = int(entry.get("min_support", 1))
+        if min_support < 1:
+            raise SpecError(f"{where}: min_support must be >= 1")
+        audits.append(AuditTask(
+            audit_id=str(entry.get("id", f"audit{i}")),
+            claim=parse_claim(entry["claim"]),
+            evidence=emap,
+            min_support=min_support,
+            table=entry.get("table"),
+        ))
+    ids = [a.audit_id for a in audits]
+    if len(set(ids)) != len(ids):
+        raise SpecError(f"{origin}: audit ids repeat: {ids}")
+    sections = {k: raw[k] for k in ("replay", "completion", "sensitivity", "choice") if k in raw}
+    return PipelineSpec(
+        name=str(raw["name"]),
+        description=str(raw.get("description", "")),
+        source=str(source.get("connector") or source.get("path")),
+        id_column=str(source.get("id", "candidate_id")),
+        audits=tuple(audits),
+        sections=sections,
+        raw=raw,
+    )

@@ -1,0 +1,216 @@
+"""The runner: source -> DuckDB views -> stages -> evidence package -> catalog.
+
+Every run is recorded in the catalog (``running`` first, then ``succeeded`` or ``failed``), holds a
+per-spec lock so two scheduled runs of one spec never write at once, and writes its package
+atomically, so a failed or interrupted run leaves earlier packages intact.
+
+Stages: the fiber audit always runs; a spec's optional sections (``[replay]``, ``[completion]``,
+``[sensitivity]``, ``[choice]``) each name a stage in ``SECTION_STAGES``, imported lazily.
+A stage is ``fn(ctx: StageContext) -> dict[table name, list of Arrow tables]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+import dcaudit
+from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
+from dcaudit.catalog import Catalog, file_lock
+from dcaudit.config import Settings
+from dcaudit.connectors import get_connector
+from dcaudit.connectors.base import PreparedSource
+from dcaudit.connectors.table import ROW_ID, input_hash, register_file
+from dcaudit.engine import connect
+from dcaudit.errors import RunLockedError
+from dcaudit.reports.console import console
+from dcaudit.reports.package import concat, write_package
+from dcaudit.spec import PipelineSpec
+
+SECTION_STAGES: dict[str, str] = {
+    # section name in a spec -> "module:function"; later stages register here
+}
+
+
+@dataclass
+class StageContext:
+    spec: PipelineSpec
+    settings: Settings
+    con: duckdb.DuckDBPyConnection
+    source: str
+    tables: dict[str, str]              # connector table name -> DuckDB view name
+    columns: dict[str, list[str]]       # view name -> its columns
+    audits: dict[str, FiberAudit] = field(default_factory=dict)  # audit_id -> result of the fiber stage
+    notes: list[str] = field(default_factory=list)
+
+    def view_for(self, table: str | None) -> str:
+        if table is None:
+            return next(iter(self.tables.values()))
+        if table not in self.tables:
+            raise KeyError(f"source {self.source!r} has no table {table!r}; it has {sorted(self.tables)}")
+        return self.tables[table]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    run_dir: Path
+    tables: dict[str, pa.Table]
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(dcaudit.__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def execute_run(
+    settings: Settings,
+    *,
+    name: str,
+    spec_payload: Mapping[str, Any],
+    spec_hash: str,
+    inputs: Mapping[str, str],
+    compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]],
+    out_dir: Path | None = None,
+    replace_existing: bool = False,
+) -> RunResult:
+    """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields)."""
+    catalog = Catalog(settings)
+    run_id = new_run_id(name)
+    run_dir = Path(out_dir) if out_dir else settings.runs_dir / run_id
+    lock = settings.home / "locks" / f"{name}.lock"
+    try:
+        with file_lock(lock, wait=0.0, what=f"spec {name!r}"):
+            started = time.monotonic()
+            sha = git_sha()
+            catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
+                              package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir)
+            try:
+                tables, extra = compute()
+                manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
+                            "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
+                            "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+                manifest["seconds"] = round(time.monotonic() - started, 3)
+                write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing)
+            except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
+                catalog.finish_run(run_id, status="failed", seconds=time.monotonic() - started,
+                                   error=f"{type(exc).__name__}: {exc}")
+                raise
+            seconds = time.monotonic() - started
+            catalog.finish_run(run_id, status="succeeded", seconds=seconds)
+    except RunLockedError:
+        raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later") from None
+    return RunResult(run_id, run_dir, tables, seconds, tuple(extra.get("notes", ())))
+
+
+def prepare_source(spec: PipelineSpec, settings: Settings) -> PreparedSource | Path:
+    path = Path(spec.source)
+    if path.suffix or path.exists():
+        return path
+    return get_connector(spec.source).prepare(settings)
+
+
+def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
+             replace_existing: bool = False, with_candidates: bool = True) -> RunResult:
+    """Run every audit and section of ``spec``; the package lands in ``runs/<run_id>`` or ``out_dir``."""
+    prepared = prepare_source(spec, settings)
+    if isinstance(prepared, Path):
+        source_name, inputs = prepared.name, input_hash(prepared)
+    else:
+        source_name, inputs = prepared.name, prepared.inputs
+
+    def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        con = connect(settings)
+        timings: dict[str, float] = {}
+        try:
+            ctx = _context(spec, settings, con, prepared, source_name)
+            t = time.monotonic()
+            collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
+            timings["fibers"] = round(time.monotonic() - t, 3)
+            for section in spec.sections:
+                if section not in SECTION_STAGES:
+                    ctx.notes.append(f"section [{section}] has no stage in this version; skipped")
+                    continue
+                module, fn = SECTION_STAGES[section].split(":")
+                t = time.monotonic()
+                for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
+                    collected.setdefault(table, []).extend(parts)
+                timings[section] = round(time.monotonic() - t, 3)
+            tables = {name: concat(parts) for name, parts in collected.items() if parts}
+            return tables, {"timings": timings, "notes": ctx.notes, "source": source_name}
+        finally:
+            con.close()
+
+    return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
+                       inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing)
+
+
+def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnection,
+             prepared: PreparedSource | Path, source_name: str) -> StageContext:
+    tables: dict[str, str] = {}
+    columns: dict[str, list[str]] = {}
+    if isinstance(prepared, Path):
+        columns["src_0"] = register_file(con, prepared, "src_0", row_id=spec.id_column == ROW_ID)
+        tables[prepared.name] = "src_0"
+    else:
+        for i, (name, path) in enumerate(prepared.tables.items()):
+            columns[f"src_{i}"] = register_file(con, path, f"src_{i}")
+            tables[name] = f"src_{i}"
+    notes = list(getattr(prepared, "notes", ()))
+    return StageContext(spec, settings, con, source_name, tables, columns, notes=notes)
+
+
+def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
+    out: dict[str, list[pa.Table]] = {"summary": [], "fibers": [], "candidates": []}
+    for task in ctx.spec.audits:
+        view = ctx.view_for(task.table)
+        result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
+                              claim=task.claim, min_support=task.min_support,
+                              labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates)
+        ctx.audits[task.audit_id] = result
+        out["summary"].append(result.summary)
+        out["fibers"].append(result.fibers)
+        if result.candidates is not None:
+            out["candidates"].append(result.candidates)
+    _note_support_moves(ctx)
+    return out
+
+
+def _note_support_moves(ctx: StageContext) -> None:
+    """Say how many candidates a larger min_support moves to 'unsupported' (same claim and evidence)."""
+    by_key: dict[tuple[str, str, str], list[tuple[int, int, str]]] = {}
+    for task in ctx.spec.audits:
+        row = ctx.audits[task.audit_id].summary.to_pylist()[0]
+        by_key.setdefault((row["claim"], row["evidence"], row["fiber_rule"]), []).append(
+            (row["min_support"], row["unsupported"], task.audit_id))
+    for rows in by_key.values():
+        rows.sort()
+        base_support, base_unsup, base_id = rows[0]
+        for support, unsup, audit_id in rows[1:]:
+            ctx.notes.append(f"{audit_id}: min_support {support} moves {unsup - base_unsup} candidates "
+                             f"from certified to 'unsupported' (vs min_support {base_support}, {base_id})")
+
+
+def log_notes(result: RunResult) -> None:
+    for note in result.notes:
+        console.print(f"[dim]{note}[/dim]")

@@ -1,0 +1,61 @@
+"""Console views of the evidence package (rich). The Parquet tables are the results; this only shows them."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+console = Console(stderr=True)
+if not console.is_terminal:  # logs and CI: wide enough that the summary table is readable
+    console = Console(stderr=True, width=200)
+
+
+def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
+    table = Table(title=title, show_lines=False)
+    cols = [("audit_id", "audit"), ("model", "model"), ("fiber_rule", "fibers by"), ("min_support", "min n"),
+            ("n_candidates", "candidates"), ("n_fibers", "fibers"), ("n_mixed_fibers", "mixed"),
+            ("certified_true", "cert. true"), ("certified_false", "cert. false"), ("ambiguous", "ambiguous"),
+            ("unsupported", "unsupported"), ("ambiguous_fraction", "ambiguous %"),
+            ("benchmark_only_risk", "bench-only risk %")]
+    cols = [(c, h) for c, h in cols if c in summary.column_names
+            and not (c == "model" and summary.column(c).null_count == summary.num_rows)]
+    for _, header in cols:
+        table.add_column(header, justify="left" if header in {"audit", "model", "fibers by"} else "right")
+    for row in summary.to_pylist():
+        cells = []
+        for c, _ in cols:
+            v = row[c]
+            if v is None:
+                cells.append("")
+            elif c.endswith("fraction") or c == "benchmark_only_risk":
+                cells.append(f"{100 * v:.2f}")
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
+    return table
+
+
+def print_summary(summary: pa.Table, title: str) -> None:
+    console.print(summary_table(summary, title))
+
+
+class PoochProgress:
+    """A rich progress bar with the interface pooch's HTTPDownloader expects (total, update, reset, close)."""
+
+    def __init__(self, name: str) -> None:
+        self._progress = Progress(TextColumn(name), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                  console=console, transient=True)
+        self._task = self._progress.add_task(name, total=None)
+        self._progress.start()
+        self.total: int | None = None
+
+    def update(self, n: int) -> None:
+        self._progress.update(self._task, advance=n, total=self.total)
+
+    def reset(self) -> None:
+        self._progress.reset(self._task, total=self.total)
+
+    def close(self) -> None:
+        self._progress.stop()
