@@ -103,8 +103,8 @@ def audit_fibers(
         a AS (SELECT
             coalesce(sum(n), 0) AS n_candidates,
             count(*) AS n_fibers,
-            count_if(status = 'ambiguous') AS n_mixed_fibers,
-            count_if(status = 'unsupported') AS n_unsupported_fibers,
+            coalesce(count_if(status = 'ambiguous'), 0) AS n_mixed_fibers,
+            coalesce(count_if(status = 'unsupported'), 0) AS n_unsupported_fibers,
             coalesce(sum(n) FILTER (WHERE status = 'certified_true'), 0) AS certified_true,
             coalesce(sum(n) FILTER (WHERE status = 'certified_false'), 0) AS certified_false,
             coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS ambiguous,
