@@ -93,12 +93,12 @@ class Catalog:
             )
             self._refresh_views(con)
 
-    def mark_stale_runs_failed(self) -> int:
-        """Runs left 'running' by a process that no longer holds the run lock died: mark them failed."""
+    def mark_stale_runs_failed(self, spec: str) -> int:
+        """Call holding the spec's run lock: any run of it still 'running' belongs to a process that died."""
         with self._write() as con:
-            n = con.execute("SELECT count(*) FROM runs WHERE status = 'running'").fetchall()[0][0]
-            con.execute("UPDATE runs SET status = 'failed', error = 'interrupted (process ended)' "
-                        "WHERE status = 'running'")
+            n = con.execute("SELECT count(*) FROM runs WHERE status = 'running' AND spec = ?", [spec]).fetchall()[0][0]
+            con.execute("UPDATE runs SET status = 'failed', error = 'interrupted (the process ended before "
+                        "finishing)' WHERE status = 'running' AND spec = ?", [spec])
             return int(n)
 
     def refresh_views(self) -> None:

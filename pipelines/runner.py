@@ -102,6 +102,9 @@ def execute_run(
     try:
         with file_lock(lock, wait=0.0, what=f"spec {name!r}"):
             started = time.monotonic()
+            stale = catalog.mark_stale_runs_failed(name)
+            if stale:
+                console.print(f"[yellow]{stale} earlier run(s) of {name!r} were interrupted; marked failed[/yellow]")
             sha = git_sha()
             catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
                               package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir)

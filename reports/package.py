@@ -58,18 +58,23 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     if target.exists() and not replace_existing:
         raise FileExistsError(f"{target} already exists; pass --force to replace it (the old one is kept "
                               "until the new package is complete)")
-    partial = target.with_name(f".{target.name}.partial")
+    # Two levels below the parent, so catalog globs (runs/*/x.parquet) never see a partial package.
+    partial = target.parent / ".partial" / target.name
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     counts: dict[str, int] = {}
-    for name, table in tables.items():
-        table = with_run_id(table, run_id)
-        pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
-        counts[name] = table.num_rows
-    full_manifest = {**manifest, "run_id": run_id, "row_counts": counts}
-    (partial / "manifest.json").write_text(json.dumps(full_manifest, indent=2, default=str) + "\n")
+    try:
+        for name, table in tables.items():
+            table = with_run_id(table, run_id)
+            pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
+            counts[name] = table.num_rows
+        full_manifest = {**manifest, "run_id": run_id, "row_counts": counts}
+        (partial / "manifest.json").write_text(json.dumps(full_manifest, indent=2, default=str) + "\n")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if target.exists():
-        old = target.with_name(f".{target.name}.old")
+        old = target.parent / ".partial" / f"{target.name}.old"
         shutil.rmtree(old, ignore_errors=True)
         os.replace(target, old)
         os.replace(partial, target)

@@ -1,0 +1,104 @@
+"""`dcaudit run tox21` end to end on the real data: the published figures, the catalog, failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from dcaudit.catalog import Catalog
+from dcaudit.cli import cli
+from dcaudit.config import Settings
+from dcaudit.pipelines.runner import run_spec
+from dcaudit.spec import load_spec
+
+
+def _invoke(settings: Settings, *args: str) -> object:
+    env = {"DCAUDIT_HOME": str(settings.home), "DCAUDIT_MIRROR": str(settings.mirror), "DCAUDIT_OFFLINE": "1"}
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def first_run(tox21_settings: Settings):  # noqa: ANN201
+    result = _invoke(tox21_settings, "run", "tox21")
+    assert result.exit_code == 0, result.output
+    return tox21_settings
+
+
+def test_tox21_reproduces_the_published_fiber_audit(first_run: Settings) -> None:
+    con = duckdb.connect(str(first_run.catalog_path), read_only=True)
+    row = con.sql("SELECT n_candidates, n_fibers, n_mixed_fibers, certified_false, certified_true, ambiguous, "
+                  "round(100 * ambiguous_fraction, 2) FROM summary WHERE audit_id = 'nr7-p53'").fetchall()
+    assert row == [(4391, 43, 14, 86, 8, 4297, 97.86)]
+    # every Tox21 compound is in the candidates table, the 3440 incomplete ones as 'excluded'
+    counts = dict(con.sql("SELECT status, count(*) FROM candidates WHERE audit_id = 'nr7-p53' GROUP BY 1").fetchall())
+    assert counts == {"ambiguous": 4297, "certified_false": 86, "certified_true": 8, "excluded": 3440}
+    # the all-zero pattern is the big mixed fiber (3678 compounds, 19 active)
+    assert con.sql("SELECT n, n_true FROM fibers WHERE audit_id = 'nr7-p53' AND evidence_key = '0,0,0,0,0,0,0'"
+                   ).fetchall() == [(3678, 19)]
+
+
+def test_min_support_moves_small_pure_fibers_to_unsupported(first_run: Settings) -> None:
+    con = duckdb.connect(str(first_run.catalog_path), read_only=True)
+    rows = con.sql("SELECT min_support, certified_true + certified_false, unsupported, ambiguous FROM summary "
+                   "ORDER BY min_support").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 5, 50]
+    assert all(cert + unsup == 94 and amb == 4297 for _, cert, unsup, amb in rows)
+    assert [r[2] for r in rows] == sorted(r[2] for r in rows) and rows[-1][1] == 0  # no pure fiber reaches 50
+
+
+def test_run_is_recorded_with_hashes_and_a_manifest(first_run: Settings) -> None:
+    runs = Catalog(first_run).runs().to_pylist()
+    assert runs[0]["status"] == "succeeded"
+    run_dir = Path(Catalog(first_run).query("SELECT run_dir FROM runs").column(0)[0].as_py())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["row_counts"]["summary"] == 4 and manifest["spec"] == "tox21"
+    assert len(manifest["inputs"]["tox21.csv.gz"]) == 64
+    assert pq.read_table(run_dir / "summary.parquet").column("run_id")[0].as_py() == manifest["run_id"]
+
+
+def test_query_command_reads_the_catalog(first_run: Settings) -> None:
+    result = _invoke(first_run, "query", "--json", "SELECT claim, n_candidates FROM summary LIMIT 1")
+    assert json.loads(result.output) == [{"claim": '"SR-p53" = 1', "n_candidates": 4391}]
+
+
+def test_failed_write_keeps_the_earlier_run_and_is_marked_failed(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
+    import dcaudit.reports.package as package
+
+    before = Catalog(first_run).query("SELECT count(*) FROM summary").column(0)[0].as_py()
+    calls = {"n": 0}
+    real = package.pq.write_table
+
+    def crash_on_second_table(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(package.pq, "write_table", crash_on_second_table)
+    with pytest.raises(OSError, match="simulated"):
+        run_spec(load_spec("tox21"), first_run)
+    monkeypatch.undo()
+    catalog = Catalog(first_run)
+    statuses = catalog.query("SELECT status, error FROM runs ORDER BY started_at").to_pylist()
+    assert statuses[-1]["status"] == "failed" and "disk full" in statuses[-1]["error"]
+    assert catalog.query("SELECT count(*) FROM summary").column(0)[0].as_py() == before
+    assert not list(first_run.runs_dir.glob(".partial/*"))
+
+
+def test_interrupted_run_is_marked_failed_by_the_next_run(first_run: Settings) -> None:
+    catalog = Catalog(first_run)
+    catalog.start_run("tox21-killed", spec="tox21", spec_hash="x", input_hashes={}, package_version="0",
+                      git_sha=None, run_dir=first_run.runs_dir / "tox21-killed")  # as a kill -9 leaves it
+    run_spec(load_spec("tox21"), first_run)
+    row = catalog.query("SELECT status, error FROM runs WHERE run_id = 'tox21-killed'").to_pylist()[0]
+    assert row["status"] == "failed" and "interrupted" in row["error"]
+
+
+def test_unknown_spec_lists_the_builtin_ones(tox21_settings: Settings) -> None:
+    result = CliRunner().invoke(cli, ["run", "nosuchspec"], env={"DCAUDIT_HOME": str(tox21_settings.home)})
+    assert result.exit_code == 2 and "built-in: " in result.output and "tox21" in result.output
