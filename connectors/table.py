@@ -24,13 +24,7 @@ def register_file(con: duckdb.DuckDBPyConnection, path: Path, view: str, *, row_
     With ``row_id`` the file is loaded in order and ``__row`` (1-based data row) is added as the
     candidate id for tables that have no id column of their own.
     """
-    path = Path(path)
-    if not path.exists():
-        raise InputError("file not found", file=str(path))
-    if path.is_dir():
-        raise InputError("is a directory; give a CSV, CSV.gz or Parquet file", file=str(path))
-    if path.stat().st_size == 0:
-        raise InputError("file is empty", file=str(path))
+    path = check_file(path)
     name = path.name.lower()
     quoted = str(path).replace("'", "''")
     if name.endswith((".parquet", ".pq")):
@@ -57,5 +51,17 @@ def register_file(con: duckdb.DuckDBPyConnection, path: Path, view: str, *, row_
     return columns
 
 
+def check_file(path: Path) -> Path:
+    """The file exists, is a file and is not empty — or an InputError naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", file=str(path))
+    if path.is_dir():
+        raise InputError("is a directory; give a CSV, CSV.gz or Parquet file", file=str(path))
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", file=str(path))
+    return path
+
+
 def input_hash(path: Path) -> dict[str, str]:
-    return {Path(path).name: sha256_file(Path(path))}
+    return {Path(path).name: sha256_file(check_file(path))}

@@ -1,0 +1,109 @@
+"""`dcaudit audit` on a table a user brings: the package it writes and the errors it gives."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from dcaudit.cli import cli
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+
+
+@pytest.fixture
+def bench_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "my-benchmark.csv"
+    pl.DataFrame({
+        "compound": [f"c{i}" for i in range(8)],
+        "score bin": [0, 0, 0, 1, 1, 2, 2, None],
+        "pred": [0.1, 0.2, 0.3, 0.5, 0.55, 0.9, 0.95, 0.7],
+        "active": [0, 0, 0, 1, 0, 1, 1, 1],
+    }).write_csv(path)
+    return path
+
+
+def invoke(env: dict[str, str], *args: str):  # noqa: ANN201
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def test_audit_writes_the_package_to_out(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = invoke(env, "audit", str(bench_csv), "--id", "compound", "--evidence", "score bin",
+                    "--claim", "active = 1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in out.iterdir()} == {"summary.parquet", "fibers.parquet", "candidates.parquet",
+                                               "manifest.json"}
+    s = pq.read_table(out / "summary.parquet").to_pylist()[0]
+    assert (s["n_candidates"], s["n_excluded"], s["certified_false"], s["certified_true"], s["ambiguous"]) == \
+        (7, 1, 3, 2, 2)
+    assert s["source"] == "my-benchmark.csv"
+    cands = pq.read_table(out / "candidates.parquet").to_pylist()
+    assert {c["candidate_id"]: c["status"] for c in cands}["c7"] == "excluded"
+
+
+def test_audit_quantile_rule_and_row_ids_on_gzip(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    gz = tmp_path / "b.csv.gz"
+    gz.write_bytes(gzip.compress(bench_csv.read_bytes()))
+    out = tmp_path / "q"
+    result = invoke(env, "audit", str(gz), "--evidence", "pred", "--fiber-rule", "quantile:2",
+                    "--claim", "active = 1", "--min-support", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    s = pq.read_table(out / "summary.parquet").to_pylist()[0]
+    assert s["fiber_rule"] == "quantile:2" and s["n_fibers"] == 2 and s["n_candidates"] == 8
+    ids = pq.read_table(out / "candidates.parquet").column("candidate_id").to_pylist()
+    assert sorted(ids, key=int) == [str(i) for i in range(1, 9)]  # 1-based data rows when there is no --id
+
+
+def test_existing_out_needs_force_and_survives_a_failed_run(env: dict[str, str], bench_csv: Path,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ["audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim", "active = 1",
+            "--out", str(out)]
+    assert invoke(env, *args).exit_code == 0
+    before = (out / "summary.parquet").read_bytes()
+    again = invoke(env, *args)
+    assert again.exit_code == 2 and "--force" in again.output
+    bad = invoke(env, *args[:-4], "--claim", "nope = 1", "--out", str(out), "--force")
+    assert bad.exit_code == 2
+    assert (out / "summary.parquet").read_bytes() == before
+    assert invoke(env, *args, "--force").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--evidence", "score bin", "--claim", "active = 1"], "file not found"),
+        (["--evidence", "nope", "--claim", "active = 1"], "available columns"),
+        (["--evidence", "score bin", "--claim", "1=1; DROP TABLE summary"], "unexpected character ';'"),
+        (["--evidence", "score bin", "--claim", "activ = 1"], "did you mean 'active'"),
+        (["--evidence", "score bin", "--claim", "active = 1", "--fiber-rule", "quantile:x"], "whole number"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(env: dict[str, str], bench_csv: Path, args: list[str],
+                                          message: str) -> None:
+    target = bench_csv.with_name("absent.csv") if message == "file not found" else bench_csv
+    result = invoke(env, "audit", str(target), *args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_empty_file_is_named(env: dict[str, str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    result = invoke(env, "audit", str(empty), "--evidence", "a", "--claim", "b = 1")
+    assert result.exit_code == 2 and "empty.csv" in result.output and "empty" in result.output
+
+
+def test_help_teaches_the_vocabulary() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0 and "fiber" in result.output and "certified" in result.output
+    audit_help = CliRunner().invoke(cli, ["audit", "--help"])
+    assert "quantile:K" in audit_help.output and "--min-support" in audit_help.output
