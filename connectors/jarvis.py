@@ -17,9 +17,12 @@ the audit table; every problem is a row of ``findings.parquet``.
 
 Tables written to ``$DCAUDIT_HOME/tables/jarvis/``:
 
-* ``jarvis.parquet`` (the audit table) — one row per (model, test material): ``model``, ``jid``,
-  ``pred_<property>`` (the model's clean prediction or null) and ``<property>`` (the benchmark test
-  value or null) for every loaded property;
+* ``jarvis.parquet`` (the audit table) — one row per (model, material in the test split of any loaded
+  property): ``model``, ``jid``, ``pred_<property>`` (the model's used prediction or null),
+  ``<property>`` (the material's benchmark value from whichever split holds it) and
+  ``<property>_split``; only models with prediction files for every ``require``-d property;
+* ``test_truth.parquet`` — one row per material in any test split, ``<property>`` only where the
+  material is in that property's test split (complete cases = the intersection of test splits);
 * ``predictions.parquet`` — long: ``model, jid, property, prediction, file, row, raw, issue``;
 * ``truth.parquet`` — long: ``jid, property, split, target`` (train, val and test);
 * ``models.parquet`` — one row per (model, property): ``file, sha256, sha256_verified, n_rows,
@@ -502,19 +505,56 @@ def _combined_hash(inputs: dict[str, str], properties: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-TABLES = ("jarvis", "predictions", "truth", "models")
+def test_truth_table(truth: pl.DataFrame) -> pl.DataFrame:
+    """One row per material in any test split; ``<property>`` only where the material is in that test split.
+
+    Complete cases over several properties are the intersection of their test splits (e.g. the 187
+    materials with formation energy, optB88vdW gap and MBJ gap of PAPER-NOTES §6.3).
+    """
+    test = truth.filter(pl.col("split") == "test").unique(["jid", "property"], keep="first")
+    return test.pivot(on="property", index="jid", values="target").sort("jid")
+
+
+TABLES = ("jarvis", "test_truth", "predictions", "truth", "models")
 REPORTS = ("findings",)
 
 
-def prepare(settings: Settings, *, properties: Sequence[str] = DEFAULT_PROPERTIES,
-            models: Sequence[str] | None = None) -> PreparedSource:
+def _names(value: str | Sequence[str] | None, key: str) -> tuple[str, ...] | None:
+    if value is None or value == "all":
+        return None
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if not all(isinstance(v, str) for v in value):
+        raise SpecError(f"[source] {key} must be \"all\" or a list of names, got {value!r}")
+    return tuple(value)
+
+
+def prepare(settings: Settings, *, properties: str | Sequence[str] = DEFAULT_PROPERTIES,
+            models: str | Sequence[str] | None = None,
+            require: str | Sequence[str] | None = None) -> PreparedSource:
+    """Fetch, validate and normalise; options come from a spec's ``[source]`` table.
+
+    ``properties``: the dft_3d properties to load (truth and predictions); ``models``: ``"all"`` or
+    a list (an unknown name is an error with suggestions); ``require``: properties a model must have
+    a prediction file for to enter the audit table (its files are validated and tabled either way).
+    """
+    properties = _names(properties, "properties") or DEFAULT_PROPERTIES
     properties = tuple(dict.fromkeys(properties))
-    files = select_models(discover(settings, properties), models)
+    required = _names(require, "require") or ()
+    unknown = [p for p in required if p not in properties]
+    if unknown:
+        raise SpecError(f"[source] require names {unknown}, which are not among the loaded properties "
+                        f"{list(properties)}")
+    files = select_models(discover(settings, properties), _names(models, "models"))
     truths = {p: fetch_truth(p, settings) for p in properties}
     fetched = {pf.label: fetch_prediction(pf, settings) for pf in files}
     inputs = {f"benchmarks/{truth_file_name(p)}": f.sha256 for p, f in truths.items()}
     inputs.update({label: f.sha256 for label, f in fetched.items()})
-    combined = _combined_hash(inputs, properties)
+    by_model: dict[str, set[str]] = {}
+    for pf in files:
+        by_model.setdefault(pf.model, set()).add(pf.property)
+    audited = sorted(m for m, props in by_model.items() if set(required) <= props)
+    combined = _combined_hash(inputs, (*properties, *(f"require:{p}" for p in required)))
     out_dir = settings.tables_dir / NAME / combined[:16]
     paths = {name: out_dir / f"{name}.parquet" for name in (*TABLES, *REPORTS)}
     reused = all(cached_table(p, combined, NORMALISER) for p in paths.values())
@@ -530,13 +570,15 @@ def prepare(settings: Settings, *, properties: Sequence[str] = DEFAULT_PROPERTIE
             {"file": [pf.label for pf in files], "origin": [fetched[pf.label].origin for pf in files],
              "sha256": [fetched[pf.label].sha256 for pf in files],
              "sha256_verified": [pf.source.sha256 is not None for pf in files]})
-        model_table = checked.models.join(verified, on="file", how="left")
-        wide = audit_table(checked.predictions, truth, properties, sorted({pf.model for pf in files}))
+        model_table = checked.models.join(verified, on="file", how="left").with_columns(
+            pl.col("model").is_in(audited).alias("in_audit_table"))
+        wide = audit_table(checked.predictions, truth, properties, audited)
         meta = {"dcaudit.source": NAME, "dcaudit.sha256": combined, "dcaudit.normaliser": NORMALISER,
                 "dcaudit.url": RAW, "dcaudit.licence": LICENCE, "dcaudit.citation": CITATION,
                 "dcaudit.inputs": json.dumps({k: {"sha256": v} for k, v in inputs.items()}),
                 "dcaudit.truth_origin": json.dumps({p: f.origin for p, f in truths.items()})}
-        frames = {"findings": pl.concat([truth_findings(truth), checked.findings]), "truth": truth, "predictions": checked.predictions,
+        frames = {"findings": pl.concat([truth_findings(truth), checked.findings]), "truth": truth,
+                  "test_truth": test_truth_table(truth), "predictions": checked.predictions,
                   "models": model_table, "jarvis": wide}
         for name, frame in frames.items():  # jarvis last: its presence marks a complete set
             write_table_atomic(frame.to_arrow(), paths[name], meta)
@@ -545,5 +587,9 @@ def prepare(settings: Settings, *, properties: Sequence[str] = DEFAULT_PROPERTIE
     summary = ", ".join(f"{r['issue']} {r['len']}" for r in counts.iter_rows(named=True)) or "none"
     notes.append(f"jarvis: {'reused' if reused else 'normalised'} {len(files)} prediction files and "
                  f"{len(properties)} truth files -> {out_dir}; findings: {summary}")
+    left_out = sorted(set(by_model) - set(audited))
+    if left_out:
+        notes.append(f"jarvis: {len(audited)} models have predictions for all of {list(required)} and form the "
+                     f"audit table; left out (validated, in models/predictions): {', '.join(left_out)}")
     return PreparedSource(name=NAME, tables={name: paths[name] for name in TABLES}, inputs=inputs,
                           reports={"findings": paths["findings"]}, notes=tuple(notes))

@@ -20,7 +20,7 @@ from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.errors import SpecError
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice"}
-_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model"}
+_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,11 @@ class AuditTask:
     evidence: EvidenceMap
     min_support: int = 1
     table: str | None = None  # which table of the source (connectors may provide several)
+    # per = "model": audit each value of that column separately (summary rows carry it in `model`, and
+    # metrics hold the median across them); groups = which values ("all" -> None). `model = "x"` is
+    # shorthand for per = "model", models = ["x"].
+    per: str | None = None
+    groups: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,30 @@ def load_spec(name_or_path: str) -> PipelineSpec:
     return spec_from_dict(raw, origin=origin)
 
 
+def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str, ...] | None]:
+    """``per`` / ``models`` / ``model`` of an audit entry -> (group column, chosen groups or None for all)."""
+    per = entry.get("per")
+    models = entry.get("models")
+    if "model" in entry:
+        if models is not None:
+            raise SpecError(f"{where}: give model = \"…\" or models = […], not both")
+        models = [entry["model"]]
+        per = per or "model"
+    if models is not None and per is None:
+        per = "model"
+    if per is None:
+        return None, None
+    if not isinstance(per, str) or not per:
+        raise SpecError(f"{where}: per must name a column, e.g. per = \"model\"")
+    if models is None or models == "all":
+        return per, None
+    if isinstance(models, str):
+        models = [m.strip() for m in models.split(",") if m.strip()]
+    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
+        raise SpecError(f"{where}: models must be \"all\" or a non-empty list of names")
+    return per, tuple(models)
+
+
 def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec:
     unknown = set(raw) - _TOP_KEYS
     if unknown:
@@ -100,12 +129,15 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
         min_support = int(entry.get("min_support", 1))
         if min_support < 1:
             raise SpecError(f"{where}: min_support must be >= 1")
+        per, groups = _per_group(entry, where)
         audits.append(AuditTask(
             audit_id=str(entry.get("id", f"audit{i}")),
             claim=parse_claim(entry["claim"]),
             evidence=emap,
             min_support=min_support,
             table=entry.get("table"),
+            per=per,
+            groups=groups,
         ))
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):

@@ -130,7 +130,9 @@ def prepare_source(spec: PipelineSpec, settings: Settings) -> PreparedSource | P
     path = Path(spec.source)
     if path.suffix or path.exists():
         return path
-    return get_connector(spec.source).prepare(settings)
+    # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
+    options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in ("connector", "path", "id")}
+    return get_connector(spec.source).prepare(settings, **options)
 
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
@@ -186,6 +188,12 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
 def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
     out: dict[str, list[pa.Table]] = {"summary": [], "fibers": [], "candidates": []}
     for task in ctx.spec.audits:
+        if task.per is not None:  # one audit per model (or other group column) plus the median across them
+            from dcaudit.audits.groups import audit_per_group
+
+            for table, parts in audit_per_group(ctx, task, with_candidates=with_candidates).items():
+                out.setdefault(table, []).extend(parts)
+            continue
         view = ctx.view_for(task.table)
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,

@@ -1,0 +1,109 @@
+"""Per-group audits: the same claim and evidence map audited separately for each model of a leaderboard.
+
+An audit with ``per = "model"`` in its spec entry is run once per value of that column (each model
+gets its own quantile cuts, as each model's predictions are its own evidence). Rows of the summary,
+fibers and candidates tables carry the value in ``model``. The spread across groups goes to
+``metrics.parquet`` (one row per statistic, ``experiment`` = the audit id):
+
+* ``n_groups`` — how many models were audited;
+* ``median_certified_fraction``, ``mean_certified_fraction``, ``min_…``, ``max_…``;
+* ``median_ambiguous_fraction``, ``median_mixed_fiber_fraction``, ``median_benchmark_only_risk``,
+  ``median_fiber_size`` (median over models of each model's median fiber size).
+
+The median is a metrics row rather than a summary row with ``model = 'median'``: summary rows are
+counts of real candidates, and a median row would not add up.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.audits.claims import check_columns, quote_identifier
+from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
+from dcaudit.errors import SpecError
+from dcaudit.reports.package import concat
+
+# (metric name, aggregate over the per-group summary rows)
+SPREAD = (
+    ("n_groups", "count(*)"),
+    ("median_certified_fraction", "median(certified_fraction)"),
+    ("mean_certified_fraction", "avg(certified_fraction)"),
+    ("min_certified_fraction", "min(certified_fraction)"),
+    ("max_certified_fraction", "max(certified_fraction)"),
+    ("median_ambiguous_fraction", "median(ambiguous_fraction)"),
+    ("median_mixed_fiber_fraction", "median(mixed_fiber_fraction)"),
+    ("median_benchmark_only_risk", "median(benchmark_only_risk)"),
+    ("median_fiber_size", "median(median_fiber_size)"),
+)
+
+
+def _lit(value: object) -> str:
+    return "NULL::VARCHAR" if value is None else "'" + str(value).replace("'", "''") + "'"
+
+
+def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
+                 wanted: Sequence[str] | None = None) -> list[str]:
+    """The distinct values of ``column`` (sorted), or ``wanted`` after checking each one exists."""
+    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+    check_columns((column,), available, what="per")
+    q = quote_identifier(column)
+    present = [r[0] for r in con.execute(
+        f"SELECT DISTINCT CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT NULL ORDER BY 1").fetchall()]
+    if wanted is None:
+        if not present:
+            raise SpecError(f"per = {column!r}: the column has no values")
+        return present
+    for name in wanted:
+        if name not in present:
+            close = difflib.get_close_matches(name, present, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise SpecError(f"unknown {column} {name!r}{hint} (the table has: {', '.join(present)})")
+    return list(dict.fromkeys(wanted))
+
+
+def spread_metrics(con: duckdb.DuckDBPyConnection, summary: pa.Table, *, experiment: str) -> pa.Table:
+    """Statistics across the per-group summary rows, long format (DESIGN §4 metrics)."""
+    con.register("_grp_summary", summary)
+    try:
+        selects = " UNION ALL ".join(
+            f"SELECT any_value(source) AS source, {_lit(experiment)} AS experiment, any_value(claim) AS claim, "
+            f"any_value(fiber_rule) AS fiber_rule, any_value(min_support) AS min_support, {_lit(name)} AS metric, "
+            f"CAST({agg} AS DOUBLE) AS value, NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high FROM _grp_summary"
+            for name, agg in SPREAD)
+        return con.sql(selects).to_arrow_table()
+    finally:
+        con.unregister("_grp_summary")
+
+
+def audit_per_group(ctx: Any, task: Any, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
+    """Runner hook for an audit with ``per``: ctx is a StageContext, task an AuditTask."""
+    view = ctx.view_for(task.table)
+    values = group_values(ctx.con, view, task.per, task.groups)
+    q = quote_identifier(task.per)
+    out: dict[str, list[pa.Table]] = {"summary": [], "fibers": [], "candidates": [], "metrics": []}
+    results: list[FiberAudit] = []
+    for value in values:  # one audit per model: each model's predictions get their own quantile cuts
+        sub = f"_grp_{task.audit_id}".replace("-", "_")
+        ctx.con.execute(f"CREATE OR REPLACE TEMP VIEW {quote_identifier(sub)} AS "
+                        f"SELECT * FROM {view} WHERE CAST({q} AS VARCHAR) = {_lit(value)}")
+        result = audit_fibers(ctx.con, quote_identifier(sub), id_column=ctx.spec.id_column,
+                              evidence=task.evidence, claim=task.claim, min_support=task.min_support,
+                              labels=AuditLabels(ctx.source, task.audit_id, model=value),
+                              with_candidates=with_candidates)
+        ctx.audits[f"{task.audit_id}[{value}]"] = result
+        results.append(result)
+    summary = concat([r.summary for r in results])
+    fibers = concat([r.fibers for r in results])
+    candidates = concat([r.candidates for r in results if r.candidates is not None]) if with_candidates else None
+    ctx.audits[task.audit_id] = FiberAudit(summary, fibers, candidates)
+    out["summary"].append(summary)
+    out["fibers"].append(fibers)
+    if candidates is not None:
+        out["candidates"].append(candidates)
+    out["metrics"].append(spread_metrics(ctx.con, summary, experiment=task.audit_id))
+    return out
