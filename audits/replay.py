@@ -1,0 +1,644 @@
+"""Held-out certify-then-acquire replays: what acting on the evidence would cost (DESIGN §1, §4).
+
+For each of S seeds the candidates are split into calibration and test by a hash of
+(candidate id, seed), so every seed runs in the same SQL pass (the seed is a column from
+``range(S)``, never a Python loop). Fibers are certified on calibration only:
+
+* ``exact`` mode: the calibration part of the fiber is pure and has ``>= min_support`` members;
+* ``calibrated`` mode: the fiber has ``>= min_support`` calibration members and the one-sided
+  Clopper–Pearson upper bound, at confidence ``1 - delta``, on the rate of its minority label is
+  ``<= epsilon`` — a stated risk bound per fiber rather than an observation. The bound is reported in
+  every mode (``risk_bound``) next to the observed test error (``false_rate_certified``).
+
+Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
+under four policies (names as in DESIGN §4):
+
+* ``fiber_majority``  — the benchmark-only action: the calibration majority of the candidate's fiber
+  (a strict majority of trues is needed for ``true``); unseen fiber -> the global majority;
+* ``global_majority`` — the calibration majority label for everyone;
+* ``certified_only``  — decide certified candidates, defer the rest (``decided_fraction`` < 1);
+* ``certify_then_acquire`` — decide certified candidates, measure the claim for every other one.
+
+Columns (one row per policy × seed, and one row per policy with ``seed`` NULL holding the mean over
+seeds, with ``*_p10`` / ``*_p90`` spread columns filled only there):
+
+* ``certified`` / ``certified_fraction`` — test candidates acted on from the evidence alone (all of
+  them for the two majority policies; the certified ones for the other two);
+* ``decided_fraction`` — acted on or measured (1 except for ``certified_only``);
+* ``false_decisions`` / ``false_decision_rate`` (over all test candidates) and
+  ``false_rate_certified`` (over the candidates acted on from evidence alone);
+* ``acquisitions`` — measurements bought; ``break_even_price`` λ* = (fiber_majority false −
+  certify_then_acquire false) / acquisitions, per seed (the summary row holds the mean, median, p10, p90);
+* ``prices`` / ``total_cost`` / ``relative_cost_reduction`` — list columns over the price grid: the cost
+  of a policy is false decisions + λ · acquisitions (in units of one false decision), and the relative
+  reduction is 1 − cost / (fiber_majority false decisions) of the same seed, averaged over seeds.
+  ``certified_only`` decides only part of the test set, so it has no total cost (NULL).
+
+Error-window certification (``replay_windows``) is the same replay for one numeric evidence column:
+a test candidate's "fiber" is the set of calibration candidates within ``tol`` of its evidence value;
+it is certified when that window holds at least ``min_support`` candidates sharing one label (or, in
+calibrated mode, passes the bound); the benchmark-only action is the window majority (>= 0.5, as in
+the paper's JARVIS replay), the global majority when the window is below support. ``tol`` is fixed or,
+per seed, the calibration MAE (``mae``) or an absolute-error quantile (``q80``) of the evidence against
+a reference column. Windows are counted with two ASOF joins on calibration prefix sums (sorted once
+per seed and model in SQL), never with per-point masks.
+
+Splits use DuckDB's ``hash``: reproducible for a given DuckDB version, not across versions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit.audits.evidence import EvidenceMap, evidence_select
+from dcaudit.audits.fibers import AuditLabels
+from dcaudit.errors import InputError, SpecError
+
+POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)
+MODES = ("exact", "calibrated")
+SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
+_UDF = "dcaudit_cp_upper"
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How the replay splits, certifies and prices."""
+
+    seeds: int = 100
+    seed_offset: int = 0
+    calibration_fraction: float = 0.5
+    min_support: int = 50
+    mode: Literal["exact", "calibrated"] = "exact"
+    epsilon: float = 0.05
+    delta: float = 0.05
+    prices: tuple[float, ...] = PRICE_GRID
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise SpecError(f"replay: seeds must be >= 1, got {self.seeds}")
+        if not 0.0 < self.calibration_fraction < 1.0:
+            raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
+        if self.min_support < 1:
+            raise SpecError(f"replay: min_support must be >= 1, got {self.min_support}")
+        if self.mode not in MODES:
+            raise SpecError(f"replay: mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if not 0.0 < self.epsilon < 0.5:
+            raise SpecError(f"replay: epsilon must lie in (0, 0.5), got {self.epsilon}")
+        if not 0.0 < self.delta < 1.0:
+            raise SpecError(f"replay: delta must lie in (0, 1), got {self.delta}")
+        if not self.prices or any(not (p >= 0 and math.isfinite(p)) for p in self.prices):
+            raise SpecError(f"replay: prices must be a non-empty list of non-negative numbers, got {self.prices}")
+
+    @property
+    def threshold(self) -> int:
+        return int(round(self.calibration_fraction * SPLIT_BUCKETS))
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A window half-width: fixed, or per seed from calibration errors of the evidence against a reference."""
+
+    kind: Literal["fixed", "mae", "quantile"]
+    value: float | None = None  # the width (fixed) or the quantile level (quantile)
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"{self.value:g}"
+        if self.kind == "mae":
+            return "mae"
+        return f"q{round(100 * (self.value or 0)):d}"
+
+
+def parse_tolerance(text: str | float) -> Tolerance:
+    """``0.04`` (fixed), ``mae`` (mean absolute error) or ``q80`` (80th percentile of the absolute error)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        t = str(text).strip().lower()
+        if t == "mae":
+            return Tolerance("mae")
+        if t.startswith("q") and t[1:].isdigit() and 0 < int(t[1:]) < 100:
+            return Tolerance("quantile", int(t[1:]) / 100)
+        try:
+            value = float(t)
+        except ValueError:
+            value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise SpecError(f"tolerance {text!r}: use a positive number, 'mae' or a quantile like 'q80'")
+    return Tolerance("fixed", value)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Error-window certification on one numeric evidence column."""
+
+    column: str
+    tolerance: Tolerance
+    reference: str | None = None  # needed for mae / quantile tolerances
+
+    def __post_init__(self) -> None:
+        if self.tolerance.kind != "fixed" and not self.reference:
+            raise SpecError(f"tolerance {self.tolerance} is computed against a reference column; name one "
+                            "(reference = \"…\")")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Clopper–Pearson, registered as a vectorised DuckDB function so the whole replay stays in one query.
+
+def cp_upper(k: np.ndarray, n: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
+    """One-sided Clopper–Pearson upper bound on a rate, k events in n trials, confidence 1 − delta."""
+    from scipy.special import betaincinv  # scipy.stats costs a second to import; this does not
+
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    a, b = k + 1.0, np.maximum(n - k, 1.0)
+    with np.errstate(invalid="ignore"):
+        bound = betaincinv(a, b, 1.0 - np.asarray(delta, dtype=float))
+    # k = n (or no trials) bounds nothing.
+    return np.where((k >= n) | (n <= 0), 1.0, bound)
+
+
+_REGISTERED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, bool] = weakref.WeakKeyDictionary()
+
+
+def _ensure_udf(con: duckdb.DuckDBPyConnection) -> None:
+    """Register ``dcaudit_cp_upper(k, n, delta)`` once per connection (a catalog lookup costs more than a dict)."""
+    if con in _REGISTERED:
+        return
+    from duckdb.sqltypes import BIGINT, DOUBLE
+
+    def udf(k: pa.Array, n: pa.Array, delta: pa.Array) -> pa.Array:
+        return pa.array(cp_upper(k.to_numpy(zero_copy_only=False), n.to_numpy(zero_copy_only=False),
+                                 delta.to_numpy(zero_copy_only=False)))
+
+    try:
+        con.create_function(_UDF, udf, [BIGINT, BIGINT, DOUBLE], DOUBLE, type="arrow")
+    except duckdb.Error as exc:  # registered by an earlier import of this module on the same connection
+        if "already" not in str(exc).lower():
+            raise
+    _REGISTERED[con] = True
+
+
+# ---------------------------------------------------------------------------------------------------
+# SQL building blocks.
+
+def _lit(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _certified_sql(cfg: ReplayConfig) -> str:
+    """Certification of a calibration fiber/window with n_cal members, t_cal of them true."""
+    support = f"n_cal >= {int(cfg.min_support)}"
+    if cfg.mode == "exact":
+        return f"({support} AND (t_cal = 0 OR t_cal = n_cal))"
+    return f"({support} AND bound <= {cfg.epsilon!r})"
+
+
+def _per_seed_sql(ctes: str) -> str:
+    """Per (model, seed) test outcomes, after the CTEs ``ctes`` that define ``units`` and ``totals``.
+
+    ``units`` has one row per (model, seed, test unit) with n_test, t_test (test members, trues),
+    certified, maj (label acted on when certified), fm_dec (fiber_majority action), gmaj and bound;
+    ``totals`` has (model, seed, n_calibration, n_test, tolerance).
+    """
+    wrong = "CASE WHEN u.{d} THEN u.n_test - u.t_test ELSE u.t_test END"
+    return f"""
+    WITH {ctes}
+    SELECT u.model, u.seed, any_value(t.n_calibration) AS n_calibration, any_value(t.n_test) AS n_test,
+           any_value(t.tolerance) AS tolerance,
+           coalesce(sum(u.n_test) FILTER (WHERE u.certified), 0) AS n_cert,
+           coalesce(sum({wrong.format(d='maj')}) FILTER (WHERE u.certified), 0) AS false_cert,
+           sum({wrong.format(d='fm_dec')}) AS false_fm,
+           sum({wrong.format(d='gmaj')}) AS false_gm,
+           sum(u.bound * u.n_test) FILTER (WHERE u.certified)
+               / nullif(sum(u.n_test) FILTER (WHERE u.certified), 0) AS risk_bound,
+           max(u.bound) FILTER (WHERE u.certified) AS risk_bound_max
+    FROM units u JOIN totals t ON u.model IS NOT DISTINCT FROM t.model AND u.seed = t.seed
+    GROUP BY u.model, u.seed
+    ORDER BY u.model NULLS FIRST, u.seed"""
+
+
+@dataclass(frozen=True)
+class ReplayLabels:
+    """The constant columns of one replay's rows."""
+
+    source: str
+    audit_id: str
+    claim: str
+    evidence: str
+    fiber_rule: str
+    certification: str  # fiber | window
+
+
+_SPREAD = ("certified_fraction", "false_decision_rate", "acquisitions", "break_even_price")
+_MEANS = ("n_calibration", "n_test", "tolerance", "certified", "certified_fraction", "decided_fraction",
+          "false_decisions", "false_decision_rate", "false_rate_certified", "risk_bound", "risk_bound_max",
+          "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions")
+
+
+def _float(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=float)
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+def _policy_columns(ps: dict[str, np.ndarray], cfg: ReplayConfig) -> dict[str, np.ndarray]:
+    """Per-seed rows of the four policies, stacked policy-major; vectorised over seeds (no loop)."""
+    n = _float(ps["n_test"])
+    n_cert, false_cert = _float(ps["n_cert"]), _float(ps["false_cert"])
+    false_fm, false_gm = _float(ps["false_fm"]), _float(ps["false_gm"])
+    nan = np.full_like(n, np.nan)
+    bound, bound_max = _float(ps["risk_bound"]), _float(ps["risk_bound_max"])
+    acted = {"fiber_majority": n, "global_majority": n, "certified_only": n_cert, "certify_then_acquire": n_cert}
+    decided = {"fiber_majority": n, "global_majority": n, "certified_only": n_cert, "certify_then_acquire": n}
+    false = {"fiber_majority": false_fm, "global_majority": false_gm, "certified_only": false_cert,
+             "certify_then_acquire": false_cert}
+    acq = {p: np.zeros_like(n) for p in POLICIES} | {"certify_then_acquire": n - n_cert}
+    prices = np.asarray(cfg.prices, dtype=float)
+    cols: dict[str, list[np.ndarray]] = {}
+
+    def put(name: str, value: np.ndarray) -> None:
+        cols.setdefault(name, []).append(value)
+
+    for policy in POLICIES:  # the four fixed policies, each a vector over seeds
+        put("policy", np.full(n.shape, policy, dtype=object))
+        for key in ("model", "seed", "n_calibration", "n_test", "tolerance"):
+            put(key, np.asarray(ps[key]))
+        put("certified", acted[policy])
+        put("certified_fraction", _ratio(acted[policy], n))
+        put("decided_fraction", _ratio(decided[policy], n))
+        put("false_decisions", false[policy])
+        put("false_decision_rate", _ratio(false[policy], n))
+        put("false_rate_certified", _ratio(false[policy], acted[policy]))
+        certifies = policy in ("certified_only", "certify_then_acquire")
+        put("risk_bound", bound if certifies else nan)
+        put("risk_bound_max", bound_max if certifies else nan)
+        put("acquisitions", acq[policy])
+        put("acquired_fraction", _ratio(acq[policy], n))
+        put("break_even_price", _ratio(false_fm - false[policy], acq[policy])
+            if policy == "certify_then_acquire" else nan)
+        put("baseline_false_decisions", false_fm)
+        cost = false[policy][:, None] + prices[None, :] * acq[policy][:, None]
+        if policy == "certified_only":  # decides only part of the test set: no total cost
+            cost = np.full_like(cost, np.nan)
+        put("total_cost", cost)
+        put("relative_cost_reduction", 1.0 - _ratio(cost, false_fm[:, None]))
+    return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def _summaries(rows: dict[str, np.ndarray], *, pooled: bool) -> dict[str, list[Any]]:
+    """Mean (and spread) over seeds per (model, policy); with ``pooled`` also over all models (model NULL)."""
+    models = rows["model"]
+    groups: list[tuple[Any, str, np.ndarray]] = []
+    for policy in POLICIES:
+        in_policy = rows["policy"] == policy
+        if pooled:
+            for m in sorted({m for m in models if m is not None}):  # models, not seeds: a few dozen at most
+                groups.append((m, policy, in_policy & (models == m)))
+        groups.append((None if pooled else (models[in_policy][0] if in_policy.any() else None), policy, in_policy))
+    out: dict[str, list[Any]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN mean is a NULL in the table
+        for model, policy, mask in groups:
+            out.setdefault("model", []).append(model)
+            out.setdefault("policy", []).append(policy)
+            out.setdefault("n_seeds", []).append(int(mask.sum()))
+            for key in _MEANS:
+                out.setdefault(key, []).append(np.nanmean(_float(rows[key][mask])))
+            for key in ("total_cost", "relative_cost_reduction"):
+                block = rows[key][mask]
+                out.setdefault(key, []).append(None if np.isnan(block).all() else np.nanmean(block, axis=0))
+            for key in _SPREAD:
+                p10, p90 = np.nanquantile(_float(rows[key][mask]), [0.1, 0.9])
+                out.setdefault(f"{key}_p10", []).append(p10)
+                out.setdefault(f"{key}_p90", []).append(p90)
+            out.setdefault("break_even_price_median", []).append(np.nanmedian(_float(rows["break_even_price"][mask])))
+    return out
+
+
+def _num(values: Any) -> pa.Array:
+    arr = np.asarray(values, dtype=float)
+    return pa.array(arr, mask=np.isnan(arr))
+
+
+def _lists(values: list[Any]) -> pa.Array:
+    return pa.array([None if v is None or np.isnan(v).all() else [float(x) for x in v] for v in values],
+                    pa.list_(pa.float64()))
+
+
+def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
+    """The replay rows: per seed and policy, then one summary row per (model,) policy with seed NULL."""
+    rows = _policy_columns(ps, cfg)
+    summary = _summaries(rows, pooled=pooled)
+    n_seed_rows, n_sum = len(rows["policy"]), len(summary["policy"])
+    n_rows = n_seed_rows + n_sum
+    const = {"source": labels.source, "audit_id": labels.audit_id, "claim": labels.claim,
+             "evidence": labels.evidence, "fiber_rule": labels.fiber_rule,
+             "certification": labels.certification, "mode": cfg.mode}
+    table: dict[str, pa.Array] = {k: pa.array([v] * n_rows, pa.string()) for k, v in const.items()}
+    table["min_support"] = pa.array([cfg.min_support] * n_rows, pa.int64())
+    table["epsilon"] = pa.array([cfg.epsilon if cfg.mode == "calibrated" else None] * n_rows, pa.float64())
+    table["delta"] = pa.array([cfg.delta] * n_rows, pa.float64())
+    table["calibration_fraction"] = pa.array([cfg.calibration_fraction] * n_rows, pa.float64())
+    table["seed_offset"] = pa.array([cfg.seed_offset] * n_rows, pa.int64())
+    table["model"] = pa.array(list(rows["model"]) + summary["model"], pa.string())
+    table["policy"] = pa.array(list(rows["policy"]) + summary["policy"], pa.string())
+    table["seed"] = pa.array([int(s) for s in rows["seed"]] + [None] * n_sum, pa.int64())
+    table["n_seeds"] = pa.array([1] * n_seed_rows + summary["n_seeds"], pa.int64())
+    for key in _MEANS:
+        table[key] = _num(np.concatenate([_float(rows[key]), _float(summary[key])]))
+    table["prices"] = pa.array([[float(p) for p in cfg.prices]] * n_rows, pa.list_(pa.float64()))
+    for key in ("total_cost", "relative_cost_reduction"):
+        table[key] = _lists(list(rows[key]) + summary[key])
+    for key in _SPREAD:
+        for q in ("p10", "p90"):
+            table[f"{key}_{q}"] = _num([np.nan] * n_seed_rows + summary[f"{key}_{q}"])
+    table["break_even_price_median"] = _num([np.nan] * n_seed_rows + summary["break_even_price_median"])
+    return pa.table(table)
+
+
+def _fetch_per_seed(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, np.ndarray]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    data = cur.fetchall()
+    cols = list(zip(*data, strict=True)) if data else [()] * len(names)
+    return {name: (np.asarray(col, dtype=object) if name == "model" else np.asarray(col, dtype=float))
+            for name, col in zip(names, cols, strict=True)}
+
+
+def _bound_sql(cfg: ReplayConfig) -> str:
+    """Clopper–Pearson upper bound on the minority rate of a calibration fiber/window (NULL when empty)."""
+    return (f"CASE WHEN n_cal > 0 THEN {_UDF}(CAST(least(t_cal, n_cal - t_cal) AS BIGINT), "
+            f"CAST(n_cal AS BIGINT), CAST({cfg.delta!r} AS DOUBLE)) END")
+
+
+def _split_sql(cfg: ReplayConfig) -> str:
+    """``c`` = calibration membership of candidate hash ``h`` at ``seed``; all seeds in one pass."""
+    return f"(hash(b.h, s.seed) % {SPLIT_BUCKETS}) < {cfg.threshold}"
+
+
+def _seeds_sql(cfg: ReplayConfig) -> str:
+    return f"range({int(cfg.seed_offset)}, {int(cfg.seed_offset) + int(cfg.seeds)}) s(seed)"
+
+
+def _columns_of(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
+    return [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public API.
+
+def replay_fibers(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(),
+    labels: AuditLabels,
+) -> pa.Table:
+    """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width)."""
+    if evidence.rule.is_window:
+        raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
+    _ensure_udf(con)
+    ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
+    keys = ", ".join(ev.key_columns)
+    model = _lit(labels.model) if labels.model is not None else "NULL::VARCHAR"
+    # One query. The only pass over candidates × seeds counts calibration members per (seed, fiber);
+    # test counts are fiber totals minus those, and every seed meets every fiber (unseen ones included).
+    ctes = f"""
+    base AS MATERIALIZED (
+        SELECT hash(candidate_id) AS h, CAST(dense_rank() OVER (ORDER BY {keys}) AS INTEGER) AS f, y
+        FROM ({ev.sql}) WHERE reason IS NULL
+    ),
+    fib AS (SELECT f, count(*) AS n_f, count(*) FILTER (WHERE y) AS t_f FROM base GROUP BY f),
+    cal AS (
+        SELECT s.seed, b.f, count(*) AS n_cal, count(*) FILTER (WHERE b.y) AS t_cal
+        FROM base b CROSS JOIN {_seeds_sql(config)} WHERE {_split_sql(config)}
+        GROUP BY s.seed, b.f
+    ),
+    fs AS (
+        SELECT s.seed, fib.f, coalesce(cal.n_cal, 0) AS n_cal, coalesce(cal.t_cal, 0) AS t_cal,
+               fib.n_f - coalesce(cal.n_cal, 0) AS n_test, fib.t_f - coalesce(cal.t_cal, 0) AS t_test
+        FROM fib CROSS JOIN {_seeds_sql(config)} LEFT JOIN cal ON cal.seed = s.seed AND cal.f = fib.f
+    ),
+    g AS (SELECT seed, 2 * sum(t_cal) > sum(n_cal) AS gmaj FROM fs GROUP BY seed),
+    b AS (
+        SELECT fs.*, g.gmaj, 2 * t_cal > n_cal AS maj,
+               {_bound_sql(config)} AS bound
+        FROM fs JOIN g USING (seed)
+    ),
+    units AS (
+        SELECT {model} AS model, seed, n_cal, t_cal, n_test, t_test, gmaj, maj, bound,
+               coalesce({_certified_sql(config)}, FALSE) AS certified,
+               CASE WHEN n_cal > 0 THEN maj ELSE gmaj END AS fm_dec
+        FROM b
+    ),
+    totals AS (
+        SELECT {model} AS model, seed, sum(n_cal) AS n_calibration, sum(n_test) AS n_test,
+               NULL::DOUBLE AS tolerance
+        FROM fs GROUP BY seed
+    )"""
+    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
+    try:
+        return _replay_table(_fetch_per_seed(con, _per_seed_sql(ctes)), config, names, pooled=False)
+    except duckdb.Error as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+
+
+def replay_windows(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    window: WindowSpec,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(min_support=5),
+    labels: AuditLabels,
+    model_column: str | None = None,
+) -> pa.Table:
+    """Error-window replay: a test candidate is certified by the calibration candidates within ``tol``.
+
+    With ``model_column`` the relation is long (one row per model × candidate); every model is replayed
+    on the same splits (the hash depends on the candidate id and seed only), one summary row per model
+    and one pooled summary row per policy with ``model`` NULL.
+    """
+    _ensure_udf(con)
+    available = _columns_of(con, relation)
+    needed = [id_column, window.column] + ([window.reference] if window.reference else [])
+    check_columns(tuple(needed) + ((model_column,) if model_column else ()), available, what="the window replay")
+    check_columns(claim.columns, available, what=f"claim {claim.text!r}")
+    q = quote_identifier
+    x, ref = q(window.column), (q(window.reference) if window.reference else "NULL::DOUBLE")
+    model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
+             else (_lit(labels.model) if labels.model is not None else "NULL::VARCHAR"))
+    tag = next(_counter)
+    sp, units, totals = f"_rw_sp_{tag}", f"_rw_units_{tag}", f"_rw_tot_{tag}"
+    tol = window.tolerance
+    if tol.kind == "fixed":
+        tol_sql = f"{tol.value!r}"
+    elif tol.kind == "mae":
+        tol_sql = "avg(abs(x - r)) FILTER (WHERE c)"
+    else:
+        tol_sql = f"quantile_cont(abs(x - r), {tol.value!r}) FILTER (WHERE c)"
+    try:
+        con.execute(f"""
+        CREATE TEMP TABLE {sp} AS
+        WITH base AS (
+            SELECT {model} AS model, hash(CAST({q(id_column)} AS VARCHAR)) AS h,
+                   CAST({x} AS DOUBLE) AS x, CAST({ref} AS DOUBLE) AS r, CAST({claim.sql} AS BOOLEAN) AS y
+            FROM {relation}
+            WHERE {x} IS NOT NULL AND ({claim.sql}) IS NOT NULL
+        )
+        SELECT b.model, s.seed, b.x, b.r, b.y, {_split_sql(config)} AS c
+        FROM base b CROSS JOIN {_seeds_sql(config)}""")
+    except duckdb.Error as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {exc}",
+                         file=relation) from exc
+    try:
+        con.execute(f"""
+        CREATE TEMP TABLE {totals} AS
+        SELECT model, seed, count(*) FILTER (WHERE c) AS n_calibration, count(*) FILTER (WHERE NOT c) AS n_test,
+               CAST({tol_sql} AS DOUBLE) AS tolerance,
+               2 * count(*) FILTER (WHERE c AND y) > count(*) FILTER (WHERE c) AS gmaj
+        FROM {sp} GROUP BY model, seed""")
+        # Calibration prefix sums over distinct evidence values (ties collapse, so an ASOF match is exact).
+        con.execute(f"""
+        CREATE TEMP TABLE {units} AS
+        WITH cal AS (
+            SELECT coalesce(model, '') AS m, seed, x,
+                   sum(n) OVER w AS cn, sum(t) OVER w AS ct
+            FROM (SELECT model, seed, x, count(*) AS n, count(*) FILTER (WHERE y) AS t
+                  FROM {sp} WHERE c GROUP BY model, seed, x)
+            WINDOW w AS (PARTITION BY model, seed ORDER BY x ROWS UNBOUNDED PRECEDING)
+        ),
+        test AS (
+            SELECT coalesce(sp.model, '') AS m, sp.model, sp.seed, sp.y, tt.gmaj,
+                   sp.x + tt.tolerance AS hi, sp.x - tt.tolerance AS lo
+            FROM {sp} sp JOIN {totals} tt ON sp.model IS NOT DISTINCT FROM tt.model AND sp.seed = tt.seed
+            WHERE NOT sp.c
+        ),
+        w AS (
+            SELECT test.model, test.seed, test.y, test.gmaj,
+                   coalesce(a.cn, 0) - coalesce(b.cn, 0) AS n_cal, coalesce(a.ct, 0) - coalesce(b.ct, 0) AS t_cal
+            FROM test
+            ASOF LEFT JOIN cal a ON test.m = a.m AND test.seed = a.seed AND a.x <= test.hi
+            ASOF LEFT JOIN cal b ON test.m = b.m AND test.seed = b.seed AND b.x < test.lo
+        ),
+        v AS (
+            SELECT *, 2 * t_cal > n_cal AS maj,
+                   {_bound_sql(config)}
+                       AS bound
+            FROM w
+        )
+        SELECT model, seed, n_cal, t_cal, 1 AS n_test, CAST(y AS INTEGER) AS t_test, gmaj, maj, bound,
+               coalesce({_certified_sql(config)}, FALSE) AS certified,
+               -- the benchmark-only action on a window: its majority (>= 0.5 -> true), as in the paper
+               CASE WHEN n_cal >= {int(config.min_support)} THEN 2 * t_cal >= n_cal ELSE gmaj END AS fm_dec
+        FROM v""")
+        names = ReplayLabels(labels.source, labels.audit_id, claim.text, window.column,
+                             f"window:{window.tolerance}", "window")
+        ctes = f"units AS (SELECT * FROM {units}), totals AS (SELECT * FROM {totals})"
+        return _replay_table(_fetch_per_seed(con, _per_seed_sql(ctes)), config, names,
+                             pooled=model_column is not None)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {sp}; DROP TABLE IF EXISTS {units}; DROP TABLE IF EXISTS {totals}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pipeline stage: the [replay] section of a spec.
+
+_SECTION_KEYS = {"audits", "seeds", "seed_offset", "calibration_fraction", "min_support", "mode", "epsilon",
+                 "delta", "prices", "tolerance", "reference", "model_column"}
+
+
+@dataclass(frozen=True)
+class ReplaySection:
+    config: ReplayConfig
+    audits: tuple[str, ...] | None = None
+    tolerance: Tolerance | None = None
+    reference: str | None = None
+    model_column: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySection:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{origin} must be a table of settings")
+    unknown = set(raw) - _SECTION_KEYS
+    if unknown:
+        raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+    windowed = "tolerance" in raw
+    try:
+        cfg = ReplayConfig(
+            seeds=int(raw.get("seeds", 100)),
+            seed_offset=int(raw.get("seed_offset", 0)),
+            calibration_fraction=float(raw.get("calibration_fraction", 0.5)),
+            min_support=int(raw.get("min_support", 5 if windowed else 50)),
+            mode=str(raw.get("mode", "exact")),  # type: ignore[arg-type]
+            epsilon=float(raw.get("epsilon", 0.05)),
+            delta=float(raw.get("delta", 0.05)),
+            prices=tuple(float(p) for p in raw.get("prices", PRICE_GRID)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"{origin}: {exc}") from exc
+    audits = raw.get("audits")
+    if isinstance(audits, str):
+        audits = [audits]
+    return ReplaySection(
+        config=cfg,
+        audits=tuple(str(a) for a in audits) if audits is not None else None,
+        tolerance=parse_tolerance(raw["tolerance"]) if windowed else None,
+        reference=raw.get("reference"),
+        model_column=raw.get("model_column"),
+    )
+
+
+def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+    """Replay every audit named in ``[replay] audits`` (default: all of them)."""
+    section = parse_section(ctx.spec.sections.get("replay", {}))
+    tasks = {t.audit_id: t for t in ctx.spec.audits}
+    chosen = section.audits if section.audits is not None else tuple(tasks)
+    missing = [a for a in chosen if a not in tasks]
+    if missing:
+        raise SpecError(f"[replay] audits {missing} are not audits of spec {ctx.spec.name!r} "
+                        f"(it has {sorted(tasks)})")
+    out: list[pa.Table] = []
+    for audit_id in chosen:
+        task = tasks[audit_id]
+        view = ctx.view_for(task.table)
+        labels = AuditLabels(ctx.source, audit_id)
+        if section.tolerance is not None:
+            if len(task.evidence.columns) != 1:
+                raise SpecError(f"[replay] tolerance windows need one evidence column; audit {audit_id!r} has "
+                                f"{len(task.evidence.columns)}")
+            window = WindowSpec(task.evidence.columns[0], section.tolerance, section.reference)
+            out.append(replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
+                                      claim=task.claim, config=section.config, labels=labels,
+                                      model_column=section.model_column))
+        else:
+            out.append(replay_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
+                                     claim=task.claim, config=section.config, labels=labels))
+    return {"replay": out}
