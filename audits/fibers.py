@@ -77,11 +77,20 @@ def audit_fibers(
     available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
     ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available)
     tag = next(_counter)
-    ev_t, fib_t = f"_ev_{tag}", f"_fib_{tag}"
+    ev_t, grp_t, fib_t = f"_ev_{tag}", f"_grp_{tag}", f"_fib_{tag}"
     keys = ", ".join(ev.key_columns)
+    # The evidence stays a view: one scan groups it (excluded rows in their own groups), and the
+    # per-candidate columns (id as text) are only computed when the candidates table is asked for.
+    con.execute(f"CREATE TEMP VIEW {ev_t} AS {ev.sql}")
     try:
-        con.execute(f"CREATE TEMP TABLE {ev_t} AS {ev.sql}")
+        con.execute(
+            f"""CREATE TEMP TABLE {grp_t} AS
+            SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true,
+                   min(x0) AS lo, max(x0) AS hi
+            FROM {ev_t} GROUP BY ALL"""
+        )
     except duckdb.Error as exc:
+        con.execute(f"DROP VIEW IF EXISTS {ev_t}")
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
                          file=relation) from exc
     key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in ev.key_columns)
@@ -90,16 +99,14 @@ def audit_fibers(
         SELECT {keys}, n, n_true, lo, hi,
                CAST(row_number() OVER (ORDER BY {keys} NULLS LAST) - 1 AS BIGINT) AS fiber_key,
                {status_sql('n', 'n_true', min_support)} AS status
-        FROM (SELECT {keys}, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true,
-                     min(x0) AS lo, max(x0) AS hi
-              FROM {ev_t} WHERE reason IS NULL GROUP BY {keys})"""
+        FROM {grp_t} WHERE audited"""
     )
     head = (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, "
             f"{_lit(claim.text)} AS claim, {_lit(evidence.label)} AS evidence, "
             f"{_lit(str(evidence.rule))} AS fiber_rule, {_lit(labels.model)} AS model")
     summary = con.sql(
         f"""WITH f AS (SELECT * FROM {fib_t}),
-        ex AS (SELECT count(*) AS n_excluded FROM {ev_t} WHERE reason IS NOT NULL),
+        ex AS (SELECT coalesce(sum(n), 0) AS n_excluded FROM {grp_t} WHERE NOT audited),
         a AS (SELECT
             coalesce(sum(n), 0) AS n_candidates,
             count(*) AS n_fibers,
@@ -144,5 +151,5 @@ def audit_fibers(
                 FROM {ev_t} e LEFT JOIN {fib_t} f ON e.reason IS NULL AND {on}
                 ORDER BY e.candidate_id"""
         ).to_arrow_table()
-    con.execute(f"DROP TABLE {ev_t}; DROP TABLE {fib_t}")
+    con.execute(f"DROP VIEW {ev_t}; DROP TABLE {grp_t}; DROP TABLE {fib_t}")
     return FiberAudit(summary=summary, fibers=fibers, candidates=candidates)
