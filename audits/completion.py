@@ -1,0 +1,518 @@
+"""Completion curves: which probe to measure next, and how much each measurement certifies.
+
+Given a base evidence map, a claim and a pool of *probes* (responses that could be measured next),
+each policy adds probes one at a time. The choice is made on a **calibration** split only and then
+frozen; the result is scored on the held-out **test** split:
+
+* a test candidate is *certified* when the calibration fiber of its (evidence + probes) key is pure
+  and holds at least ``min_support`` calibration candidates; its decision is that fiber's label;
+* a *false decision* is a certified test candidate whose claim value differs from that label;
+* test candidates in unseen, unsupported or mixed calibration fibers are ambiguous (not decided).
+
+Policies (DESIGN §4): ``response_rank`` (largest calibration certified fraction after adding the
+probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``diversity`` (lowest
+mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
+(``random_draws`` random orders per seed) and ``oracle`` (largest *test* certified fraction: uses
+test labels, so ``deployable`` is false).
+
+Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
+``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
+it needs no further measurement — and every step re-examines only the candidates of mixed
+calibration fibers: pure fibers below ``min_support`` only split into smaller pure fibers, unseen
+keys into unseen keys, so neither can ever become certified. ``refinement = "full"`` recomputes
+every fiber from scratch after each probe, as the paper's script does: a certified fiber may then
+split into parts below ``min_support``, and curves can fall.
+
+Everything runs in DuckDB over all seeds at once (seed is a column; the split of a candidate is a
+hash of its id and the seed). A *track* is one (policy, seed, random draw) sequence of probes; a
+*node* is a probe sequence, coded as an integer (``child = node * (m + 1) + q + 1``), so tracks
+that share a prefix share its work. Python loops only over steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.audits.claims import Claim, check_columns, parse_claim
+from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
+from dcaudit.errors import InputError, SpecError
+
+POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")
+REFINEMENTS = ("mixed", "full")
+# How response_rank and oracle choose among probes with equal scores (common on small data: most
+# probes leave the calibration certified fraction unchanged): "entropy" prefers the probe that leaves
+# the least label entropy H(claim | fiber) in calibration (the residual uncertainty about the
+# claim), then the probe listed first; "first" / "last" take the first / last probe as listed.
+TIE_BREAKS = ("entropy", "first", "last")
+# Policies whose choice needs the refined fibers of every candidate probe (scored after refining).
+_FIBER_SCORED = ("response_rank", "oracle")
+_SPLIT_BUCKETS = 1_000_000
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class CompletionConfig:
+    """What to run; validated on construction."""
+
+    probes: tuple[str, ...]
+    seeds: int = 100
+    calibration_fraction: float = 0.5
+    min_support: int = 1
+    policies: tuple[str, ...] = POLICIES
+    random_draws: int = 100
+    seed_offset: int = 0
+    steps: int | None = None          # default: every probe
+    refinement: str = "mixed"
+    tie_break: str = "entropy"
+
+    def __post_init__(self) -> None:
+        if not self.probes:
+            raise SpecError("completion: name at least one probe column")
+        if len(set(self.probes)) != len(self.probes):
+            raise SpecError(f"completion: probes repeat: {', '.join(self.probes)}")
+        if len(self.probes) > 62:
+            raise SpecError("completion: at most 62 probes (probe sets are kept as 64-bit masks)")
+        if self.seeds < 1:
+            raise SpecError(f"completion: seeds must be >= 1, got {self.seeds}")
+        if not 0.0 < self.calibration_fraction < 1.0:
+            raise SpecError(f"completion: calibration_fraction must be in (0, 1), got {self.calibration_fraction}")
+        if self.min_support < 1:
+            raise SpecError(f"completion: min_support must be >= 1, got {self.min_support}")
+        unknown = [p for p in self.policies if p not in POLICIES]
+        if unknown or not self.policies:
+            raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(POLICIES)}")
+        if self.random_draws < 1:
+            raise SpecError(f"completion: random_draws must be >= 1, got {self.random_draws}")
+        if self.refinement not in REFINEMENTS:
+            raise SpecError(f"completion: refinement = {self.refinement!r}; use 'mixed' or 'full'")
+        if self.tie_break not in TIE_BREAKS:
+            raise SpecError(f"completion: tie_break = {self.tie_break!r}; use {', '.join(TIE_BREAKS)}")
+        if self.steps is not None and not 1 <= self.steps <= len(self.probes):
+            raise SpecError(f"completion: steps must be between 1 and {len(self.probes)} (the number of probes)")
+        if (len(self.probes) + 1) ** self.n_steps >= 2**62:
+            raise SpecError(f"completion: {len(self.probes)} probes over {self.n_steps} steps is too many "
+                            "probe sequences to code; set steps lower")
+
+    @property
+    def n_steps(self) -> int:
+        return self.steps or len(self.probes)
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    table: pa.Table                       # completion rows (DESIGN §4)
+    recommended_probe: str | None         # response_rank's modal first choice
+    recommended_share: float | None       # in what fraction of seeds it was chosen first
+    n_candidates: int                     # complete cases over evidence + probes + claim
+    n_excluded: int
+    notes: list[str] = field(default_factory=list)
+
+
+def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
+    """TRUE for calibration: a hash of ``id || ':' || seed``, so every seed is a column, not a loop."""
+    threshold = int(round(fraction * _SPLIT_BUCKETS))
+    return (f"(hash(CAST({id_sql} AS VARCHAR) || ':' || CAST({seed_sql} AS VARCHAR)) "
+            f"% {_SPLIT_BUCKETS}) < {threshold}")
+
+
+def _lit(value: object) -> str:
+    if value is None:
+        return "NULL::VARCHAR"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _probe_case(m: int, q: str, prefix: str) -> str:
+    """The value code of probe ``q`` (an integer column) among ``{prefix}v0 .. v{m-1}``."""
+    return "CASE " + " ".join(f"WHEN {q} = {j} THEN {prefix}v{j}" for j in range(m)) + " END"
+
+
+def completion_curves(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    config: CompletionConfig,
+    source: str,
+    audit_id: str | None = None,
+) -> CompletionResult:
+    """Every policy's completion curve, per seed and averaged, as one Arrow table."""
+    if evidence.rule.is_window:
+        raise SpecError(f"completion: fiber rule {evidence.rule} is a window rule; use exact, quantile or width")
+    overlap = [p for p in config.probes if p in evidence.columns]
+    if overlap:
+        raise SpecError(f"completion: probe(s) {overlap} are already evidence columns")
+    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+    check_columns(config.probes, available, what="the completion probes")
+    e, m, steps = len(evidence.columns), len(config.probes), config.n_steps
+    # Complete cases over evidence + probes + claim; probes are binned by the evidence map's rule.
+    emap = EvidenceMap(evidence.columns + config.probes, evidence.rule, "drop")
+    ev = evidence_select(con, relation, id_column, emap, claim, available)
+    t = f"_cmp{next(_counter)}_"
+    tables = [f"{t}{x}" for x in ("ev", "cand", "pat", "w", "probes", "sn", "nst", "act", "tracks", "traj", "ent", "cor",
+                                  "ref", "own", "pick", "req")]
+    try:
+        return _run(con, t, ev.sql, ev.key_columns, relation, id_column, evidence, claim, config,
+                    source, audit_id, e, m, steps)
+    finally:
+        for name in tables:
+            con.execute(f"DROP TABLE IF EXISTS {name}")
+
+
+def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, ...], relation: str,
+         id_column: str, evidence: EvidenceMap, claim: Claim, config: CompletionConfig, source: str,
+         audit_id: str | None, e: int, m: int, steps: int) -> CompletionResult:
+    try:
+        con.execute(f"CREATE TEMP TABLE {t}ev AS {ev_sql}")
+    except duckdb.Error as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+    n_cand, n_distinct, n_excluded = con.execute(
+        f"SELECT count(*) FILTER (WHERE reason IS NULL), count(DISTINCT candidate_id) FILTER (WHERE reason IS NULL), "
+        f"count(*) FILTER (WHERE reason IS NOT NULL) FROM {t}ev").fetchall()[0]
+    if n_cand == 0:
+        raise InputError("no complete cases over the evidence, probes and claim", file=relation)
+    if n_distinct != n_cand:
+        dup = con.execute(f"SELECT candidate_id, count(*) FROM {t}ev WHERE reason IS NULL GROUP BY 1 "
+                          f"HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchall()[0]
+        raise InputError(f"candidate id {dup[0]!r} occurs {dup[1]} times; the split needs unique ids",
+                         file=relation, column=id_column)
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())
+    # Candidates with the same evidence, probe values and claim value are interchangeable: the work
+    # runs over *patterns* (pid) weighted by how many calibration / test candidates each seed puts in
+    # them. f = base fiber code, v_j = value code of probe j, z_i feed Pearson r (numeric values as
+    # they are, other types by rank code).
+    zs = []
+    for i, k in enumerate(keys):
+        numeric = not any(x in types[k].upper() for x in ("VARCHAR", "DATE", "TIME", "BLOB", "UUID"))
+        zs.append(f"CAST({k} AS DOUBLE) AS z{i}" if numeric else
+                  f"CAST(dense_rank() OVER (ORDER BY {k}) AS DOUBLE) AS z{i}")
+    vs = [f"CAST(dense_rank() OVER (ORDER BY {keys[e + j]}) - 1 AS BIGINT) AS v{j}" for j in range(m)]
+    con.execute(
+        f"""CREATE TEMP TABLE {t}cand AS
+        SELECT candidate_id, y, CAST(dense_rank() OVER (ORDER BY y, {', '.join(keys)}) - 1 AS INTEGER) AS pid,
+               CAST(dense_rank() OVER (ORDER BY {', '.join(keys[:e])}) - 1 AS BIGINT) AS f,
+               {', '.join(vs)}, {', '.join(zs)}
+        FROM {t}ev WHERE reason IS NULL""")
+    con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id) FROM {t}cand")
+    # Radix of the refined key: key * radix + value code is unique within a parent fiber.
+    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}pat").fetchall()[0]) + 1
+    lo, hi = config.seed_offset, config.seed_offset + config.seeds
+    con.execute(
+        f"""CREATE TEMP TABLE {t}w AS
+        SELECT seed, pid, count_if(cal) AS n_cal, count_if(NOT cal) AS n_test FROM (
+          SELECT CAST(s.seed AS INTEGER) AS seed, c.pid,
+                 {split_sql('c.candidate_id', 's.seed', config.calibration_fraction)} AS cal
+          FROM {t}cand c CROSS JOIN (SELECT range AS seed FROM range({lo}, {hi})) s)
+        GROUP BY seed, pid""")
+    con.execute(f"CREATE TEMP TABLE {t}sn AS SELECT seed, sum(n_cal) AS n_cal, sum(n_test) AS n_test "
+                f"FROM {t}w GROUP BY seed")
+    short = con.execute(f"SELECT seed, n_cal, n_test FROM {t}sn WHERE n_cal = 0 OR n_test = 0 LIMIT 1").fetchall()
+    if short:
+        raise InputError(f"seed {short[0][0]}: the {n_cand} complete cases give {short[0][1]} calibration and "
+                         f"{short[0][2]} test candidates; both splits need candidates", file=relation)
+    names = ", ".join(f"({j}, {_lit(p)})" for j, p in enumerate(config.probes))
+    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe "
+                f"FROM (VALUES {names}) v(q, probe)")
+    mixed = config.refinement == "mixed"
+    ms = int(config.min_support)
+
+    # Step 0: the base evidence map. nst = cumulative statistics of every node computed so far.
+    con.execute(f"""CREATE TEMP TABLE {t}ref AS
+        WITH r AS (SELECT w.seed, CAST(0 AS BIGINT) AS node, w.pid, p.y, p.f AS key, w.n_cal, w.n_test
+                   FROM {t}w w JOIN {t}pat p USING (pid))
+        {_fiber_counts()}""")
+    con.execute(f"CREATE TEMP TABLE {t}nst AS {_own_stats(t, ms)}")
+    _next_active(con, t, mixed, radix, frontier=None)
+
+    # Probe scores that need no fibers: label entropy and |Pearson r| with every column, on calibration.
+    ent_parts = " UNION ALL ".join(
+        f"SELECT w.seed, {j} AS q, p.v{j} AS v, sum(w.n_cal) AS k FROM {t}w w JOIN {t}pat p USING (pid) "
+        f"WHERE w.n_cal > 0 GROUP BY w.seed, p.v{j}" for j in range(m))
+    con.execute(f"""CREATE TEMP TABLE {t}ent AS
+        SELECT seed, q, -sum(p * log2(p)) AS score FROM (
+          SELECT seed, q, k / sum(k) OVER (PARTITION BY seed, q) AS p FROM ({ent_parts})) GROUP BY seed, q""")
+    pairs = [(j, i) for j in range(m) for i in range(e + m) if i != e + j]
+    if pairs:
+        # Weighted Pearson r per seed over calibration patterns (two passes: means, then centred sums).
+        cols = range(e + m)
+        means = ", ".join(f"sum(w.n_cal * p.z{i}) / sum(w.n_cal) AS m{i}" for i in cols)
+        dev = ", ".join(f"p.z{i} - mu.m{i} AS d{i}" for i in cols)
+        sums = ", ".join([f"sum(wt * d{i} * d{i}) AS s{i}" for i in cols]
+                         + [f"sum(wt * d{e + j} * d{i}) AS c_{j}_{i}" for j, i in pairs])
+        longs = ", ".join(f"{{'q': {j}, 'col': {i}, 'r': c_{j}_{i} / nullif(sqrt(s{e + j} * s{i}), 0)}}"
+                          for j, i in pairs)
+        con.execute(f"""CREATE TEMP TABLE {t}cor AS
+            WITH mu AS (SELECT w.seed, {means} FROM {t}w w JOIN {t}pat p USING (pid) WHERE w.n_cal > 0
+                        GROUP BY w.seed),
+            d AS (SELECT w.seed, w.n_cal AS wt, {dev} FROM {t}w w JOIN {t}pat p USING (pid) JOIN mu USING (seed)
+                  WHERE w.n_cal > 0),
+            s AS (SELECT seed, {sums} FROM d GROUP BY seed)
+            SELECT seed, CAST(u.q AS INTEGER) AS q, CAST(u.col AS INTEGER) AS col,
+                   coalesce(abs(u.r), 0.0) AS absr  -- a column constant on calibration has no linear relation
+            FROM (SELECT seed, unnest([{longs}]) AS u FROM s)""")
+    else:
+        con.execute(f"CREATE TEMP TABLE {t}cor (seed INTEGER, q INTEGER, col INTEGER, absr DOUBLE)")
+
+    # One track per (policy, seed), random_draws tracks per seed for random.
+    track_rows = " UNION ALL ".join(
+        f"SELECT {_lit(p)} AS policy, seed, CAST(d.range AS INTEGER) AS draw, CAST(0 AS BIGINT) AS node, "
+        f"CAST(0 AS BIGINT) AS used FROM {t}sn, range({config.random_draws if p == 'random' else 1}) d"
+        for p in config.policies)
+    con.execute(f"CREATE TEMP TABLE {t}tracks AS {track_rows}")
+    con.execute(f"""CREATE TEMP TABLE {t}traj AS SELECT policy, seed, draw, 0 AS step, CAST(NULL AS INTEGER) AS q,
+                    node FROM {t}tracks""")
+
+    for step in range(1, steps + 1):
+        _step(con, t, step, m, e, radix, mixed, ms, config, last=step == steps)
+
+    table = _assemble(con, t, evidence, claim, config, source, audit_id, n_cand, n_excluded)
+    rec = [r for r in table.to_pylist() if r["policy"] == "response_rank" and r["seed"] is None and r["step"] == 1]
+    notes = []
+    if rec:
+        notes.append(f"completion: recommended next probe {rec[0]['probe_added']} (response_rank's first choice "
+                     f"in {100 * rec[0]['probe_added_share']:.0f}% of {config.seeds} seeds)")
+    if n_excluded:
+        notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
+                     f"(complete cases: {n_cand})")
+    return CompletionResult(table, rec[0]["probe_added"] if rec else None,
+                            rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes)
+
+
+def _fiber_counts() -> str:
+    """Attach to every pattern row ``r`` its fiber's calibration size ``n`` and claim-true count ``nt``."""
+    return """, g AS (SELECT seed, node, key, sum(n_cal) AS n, sum(CASE WHEN y THEN n_cal ELSE 0 END) AS nt
+                   FROM r GROUP BY seed, node, key)
+        SELECT r.*, g.n, g.nt FROM r JOIN g USING (seed, node, key)"""
+
+
+def _own_stats(t: str, ms: int) -> str:
+    """Per (seed, node) counts from ``ref``: calibration certified, test certified, test false decisions."""
+    cert = f"((nt = 0 OR nt = n) AND n >= {ms})"
+
+    def total(weight: str, cond: str) -> str:
+        return f"CAST(coalesce(sum(CASE WHEN {cond} THEN {weight} END), 0) AS BIGINT)"
+
+    return f"""SELECT seed, node, {total('n_cal', cert)} AS cal_cert, {total('n_test', cert)} AS test_cert,
+        {total('n_test', cert + ' AND nt = n')} AS test_cert_true,
+        {total('n_test', cert + ' AND y <> (nt = n)')} AS test_false,
+        -- calibration label entropy left in mixed fibers (bits, summed over candidates)
+        coalesce(sum(CASE WHEN 0 < nt AND nt < n THEN
+            -n_cal * log2(CASE WHEN y THEN nt ELSE n - nt END / n) END), 0.0) AS cal_entropy
+        FROM {t}ref GROUP BY seed, node"""
+
+
+def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int, frontier: str | None) -> None:
+    """Patterns the next step refines: those in mixed calibration fibers (all of them under ``full``)."""
+    where = ["0 < nt AND nt < n"] if mixed else []
+    if frontier:
+        where.append(f"(seed, node) IN (SELECT seed, node FROM {frontier})")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS SELECT seed, node, pid, y, key, n_cal, n_test
+                    FROM {t}ref {'WHERE ' + ' AND '.join(where) if where else ''}""")
+    con.execute(f"DROP TABLE {t}ref")
+    top = con.execute(f"SELECT max(key) FROM {t}act").fetchall()[0][0]
+    if top is not None and (top + 1) * radix >= 2**62:
+        # Re-densify keys per node so key * radix + value cannot overflow, however many steps.
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS
+            SELECT * REPLACE (CAST(dense_rank() OVER (PARTITION BY seed, node ORDER BY key) - 1 AS BIGINT) AS key)
+            FROM {t}act""")
+
+
+def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, radix: int, mixed: bool,
+          ms: int, config: CompletionConfig, *, last: bool) -> None:
+    unused = f"FROM {t}tracks k JOIN {t}probes p ON ((k.used >> p.q) & 1) = 0"
+    # 1. Policies scored without fibers choose first, so only their chosen child is refined.
+    scores = []
+    if "uncertainty" in config.policies:
+        scores.append(f"SELECT k.policy, k.seed, k.draw, p.q, x.score {unused} "
+                      f"JOIN {t}ent x ON x.seed = k.seed AND x.q = p.q WHERE k.policy = 'uncertainty'")
+    for policy, sign in (("diversity", "-"), ("benchmark_aligned", "")):
+        if policy in config.policies:
+            scores.append(
+                f"SELECT k.policy, k.seed, k.draw, p.q, {sign}avg(r.absr) AS score {unused} "
+                f"JOIN {t}cor r ON r.seed = k.seed AND r.q = p.q "
+                f"AND (r.col < {e} OR ((k.used >> (r.col - {e})) & 1) = 1) "
+                f"WHERE k.policy = '{policy}' GROUP BY k.policy, k.seed, k.draw, p.q")
+    if "random" in config.policies:
+        scores.append(f"SELECT k.policy, k.seed, k.draw, p.q, "
+                      f"-CAST(hash('random:' || k.seed || ':' || k.draw || ':' || p.q) AS DOUBLE) AS score "
+                      f"{unused} WHERE k.policy = 'random'")
+    empty = "SELECT NULL::VARCHAR AS policy, NULL::INTEGER AS seed, NULL::INTEGER AS draw, NULL::INTEGER AS q"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}pick AS
+        {'SELECT policy, seed, draw, first(q ORDER BY score DESC, q) AS q FROM (' + ' UNION ALL '.join(scores)
+         + ') GROUP BY ALL' if scores else empty + ' WHERE FALSE'}""")
+    # 2. The children to refine: every unused probe of fiber-scored tracks, the chosen one of the others.
+    fiber_scored = ", ".join(_lit(p) for p in _FIBER_SCORED)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}req AS
+        SELECT DISTINCT seed, node, q, node * {m + 1} + q + 1 AS child FROM (
+          SELECT k.seed, k.node, p.q {unused} WHERE k.policy IN ({fiber_scored})
+          UNION ALL
+          SELECT k.seed, k.node, c.q FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw))""")
+    # 3. Refine the active candidates of each requested node by the probe; calibration counts per fiber.
+    con.execute(f"""CREATE TEMP TABLE {t}ref AS
+        WITH r AS (
+          SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {_probe_case(m, 'q.q', 'p.')} AS key,
+                 a.n_cal, a.n_test
+          FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node JOIN {t}pat p ON p.pid = a.pid)
+        {_fiber_counts()}""")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {t}own AS {_own_stats(t, ms)}")
+    # Under "mixed", decisions made at the parent are kept; a node with nothing left to refine
+    # inherits its parent's statistics.
+    keep = "p.{0} + " if mixed else ""
+    cols = ("cal_cert", "test_cert", "test_cert_true", "test_false")
+    # Entropy is never inherited: decided candidates carry none, and refined ones are recounted.
+    con.execute(f"""INSERT INTO {t}nst
+        SELECT q.seed, q.child AS node, {', '.join(keep.format(c) + f'coalesce(o.{c}, 0)' for c in cols)},
+               coalesce(o.cal_entropy, 0.0)
+        FROM (SELECT DISTINCT seed, node, child FROM {t}req) q
+        JOIN {t}nst p ON p.seed = q.seed AND p.node = q.node
+        LEFT JOIN {t}own o ON o.seed = q.seed AND o.node = q.child""")
+    # 4. Fiber-scored policies choose among the refined children.
+    fs = [p for p in _FIBER_SCORED if p in config.policies]
+    tie = {"entropy": "s.cal_entropy, p.q", "first": "p.q", "last": "p.q DESC"}[config.tie_break]
+    if fs:
+        con.execute(f"""INSERT INTO {t}pick
+            SELECT k.policy, k.seed, k.draw,
+                   CASE WHEN k.policy = 'oracle'
+                        THEN first(p.q ORDER BY s.test_cert DESC, s.test_false, {tie})
+                        ELSE first(p.q ORDER BY s.cal_cert DESC, {tie}) END AS q
+            {unused} JOIN {t}nst s ON s.seed = k.seed AND s.node = k.node * {m + 1} + p.q + 1
+            WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
+    # 5. Advance every track; remember its node; keep the active candidates of the nodes reached.
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}tracks AS
+        SELECT k.policy, k.seed, k.draw, k.node * {m + 1} + c.q + 1 AS node, k.used | (CAST(1 AS BIGINT) << c.q) AS used
+        FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw)""")
+    con.execute(f"INSERT INTO {t}traj SELECT policy, seed, draw, {step}, q, node FROM {t}tracks "
+                f"JOIN {t}pick USING (policy, seed, draw)")
+    if last:
+        con.execute(f"DROP TABLE {t}ref")
+    else:
+        _next_active(con, t, mixed, radix, frontier=f"(SELECT DISTINCT seed, node FROM {t}tracks)")
+
+
+def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, claim: Claim,
+              config: CompletionConfig, source: str, audit_id: str | None, n_cand: int, n_excluded: int) -> pa.Table:
+    head = (f"{_lit(source)} AS source, {_lit(audit_id)} AS audit_id, {_lit(claim.text)} AS claim, "
+            f"{_lit(evidence.label)} AS evidence, {_lit(','.join(config.probes))} AS probes, "
+            f"{_lit(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
+            f"{float(config.calibration_fraction)!r} AS calibration_fraction, "
+            f"{_lit(config.refinement)} AS refinement, {_lit(config.tie_break)} AS tie_break")
+    order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(POLICIES)) + " END"
+    return con.sql(f"""
+        WITH x AS (
+          SELECT j.policy, j.seed, j.draw, j.step, p.probe,
+                 s.test_cert / n.n_test AS certified_fraction,
+                 s.test_false / n.n_test AS false_decision_rate,
+                 s.cal_cert / n.n_cal AS calibration_certified_fraction,
+                 s.test_cert_true / n.n_test AS certified_true_fraction,
+                 n.n_test
+          FROM {t}traj j JOIN {t}nst s USING (seed, node) JOIN {t}sn n USING (seed)
+          LEFT JOIN {t}probes p ON p.q = j.q),
+        per_seed AS (
+          SELECT policy, step, seed, count(*) AS n_draws,
+                 avg(certified_fraction) AS certified_fraction, avg(false_decision_rate) AS false_decision_rate,
+                 avg(calibration_certified_fraction) AS calibration_certified_fraction,
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+          FROM x GROUP BY policy, step, seed),
+        seed_probe AS (SELECT policy, step, seed, probe, count(*) AS k FROM x GROUP BY ALL),
+        seed_mode AS (SELECT policy, step, seed, first(probe ORDER BY k DESC, probe) AS probe_added,
+                             max(k) / sum(k) AS probe_added_share FROM seed_probe GROUP BY ALL),
+        all_probe AS (SELECT policy, step, probe, count(*) AS k FROM x GROUP BY ALL),
+        all_mode AS (SELECT policy, step, first(probe ORDER BY k DESC, probe) AS probe_added,
+                            max(k) / sum(k) AS probe_added_share FROM all_probe GROUP BY ALL),
+        mean AS (
+          SELECT policy, step, CAST(NULL AS INTEGER) AS seed, count(*) AS n_draws,
+                 avg(certified_fraction) AS certified_fraction,
+                 quantile_cont(certified_fraction, 0.1) AS certified_fraction_p10,
+                 quantile_cont(certified_fraction, 0.9) AS certified_fraction_p90,
+                 avg(false_decision_rate) AS false_decision_rate,
+                 quantile_cont(false_decision_rate, 0.1) AS false_decision_rate_p10,
+                 quantile_cont(false_decision_rate, 0.9) AS false_decision_rate_p90,
+                 avg(calibration_certified_fraction) AS calibration_certified_fraction,
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+          FROM x GROUP BY policy, step),
+        se AS (  -- standard error of the mean over seeds (random: over per-seed means of the draws)
+          SELECT policy, step, stddev_samp(certified_fraction) / sqrt(count(*)) AS certified_fraction_se,
+                 stddev_samp(false_decision_rate) / sqrt(count(*)) AS false_decision_rate_se
+          FROM per_seed GROUP BY policy, step)
+        SELECT {head}, policy, policy <> 'oracle' AS deployable, CAST(step AS INTEGER) AS step,
+               probe_added, CAST(probe_added_share AS DOUBLE) AS probe_added_share, seed,
+               CAST(n_draws AS BIGINT) AS n_draws,
+               certified_fraction, certified_fraction_p10, certified_fraction_p90, certified_fraction_se,
+               false_decision_rate, false_decision_rate_p10, false_decision_rate_p90, false_decision_rate_se,
+               calibration_certified_fraction, certified_true_fraction,
+               CAST(n_test AS DOUBLE) AS n_test, CAST({n_cand} AS BIGINT) AS n_candidates,
+               CAST({n_excluded} AS BIGINT) AS n_excluded
+        FROM (
+          SELECT p.*, NULL::DOUBLE AS certified_fraction_p10, NULL::DOUBLE AS certified_fraction_p90,
+                 NULL::DOUBLE AS false_decision_rate_p10, NULL::DOUBLE AS false_decision_rate_p90,
+                 NULL::DOUBLE AS certified_fraction_se, NULL::DOUBLE AS false_decision_rate_se,
+                 sm.probe_added, sm.probe_added_share
+          FROM per_seed p JOIN seed_mode sm USING (policy, step, seed)
+          UNION ALL BY NAME
+          SELECT a.*, am.probe_added, am.probe_added_share, se.certified_fraction_se, se.false_decision_rate_se
+          FROM mean a JOIN all_mode am USING (policy, step) JOIN se USING (policy, step))
+        ORDER BY {order}, step, seed NULLS FIRST""").to_arrow_table()
+
+
+# --- the pipeline stage -------------------------------------------------------------------------------------------
+
+_SECTION_KEYS = {"audit", "evidence", "claim", "fiber_rule", "table", "probes", "seeds", "calibration_fraction",
+                 "min_support", "policies", "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
+
+
+def _as_list(value: Any, key: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"[completion] {key} must be a list of names or a comma-separated string")
+    return tuple(value)
+
+
+def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
+    """Runner stage for a spec's ``[completion]`` section (see :data:`_SECTION_KEYS`).
+
+    ``audit = "<id>"`` takes evidence, claim, fiber rule, table and min_support from that audit
+    (default: the spec's first audit); the section's own keys override them.
+    """
+    section: dict[str, Any] = dict(ctx.spec.sections.get("completion") or {})
+    bad = set(section) - _SECTION_KEYS
+    if bad:
+        raise SpecError(f"[completion]: unknown key(s) {sorted(bad)}; allowed: {sorted(_SECTION_KEYS)}")
+    audits = {a.audit_id: a for a in ctx.spec.audits}
+    audit_id = section.get("audit")
+    if audit_id is not None and audit_id not in audits:
+        raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(audits)}")
+    task = audits[audit_id] if audit_id is not None else ctx.spec.audits[0]
+    if "probes" not in section:
+        raise SpecError("[completion] needs probes = [\"column\", …]")
+    evidence = task.evidence
+    if "evidence" in section or "fiber_rule" in section:
+        cols = _as_list(section["evidence"], "evidence") if "evidence" in section else evidence.columns
+        rule = parse_fiber_rule(section["fiber_rule"]) if "fiber_rule" in section else evidence.rule
+        evidence = EvidenceMap(cols, rule, "drop")
+    claim = parse_claim(section["claim"]) if "claim" in section else task.claim
+    policies = _as_list(section.get("policies", list(POLICIES)), "policies")
+    steps = section.get("steps")
+    config = CompletionConfig(
+        probes=_as_list(section["probes"], "probes"),
+        seeds=int(section.get("seeds", 100)),
+        calibration_fraction=float(section.get("calibration_fraction", 0.5)),
+        min_support=int(section.get("min_support", task.min_support)),
+        policies=policies,
+        random_draws=int(section.get("random_draws", 100)),
+        seed_offset=int(section.get("seed_offset", 0)),
+        steps=int(steps) if steps is not None else None,
+        refinement=str(section.get("refinement", "mixed")),
+        tie_break=str(section.get("tie_break", "entropy")),
+    )
+    relation = ctx.view_for(section.get("table", task.table))
+    result = completion_curves(ctx.con, relation, id_column=ctx.spec.id_column, evidence=evidence, claim=claim,
+                               config=config, source=ctx.source, audit_id=task.audit_id)
+    ctx.notes.extend(result.notes)
+    return {"completion": [result.table]}
