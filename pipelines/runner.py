@@ -39,6 +39,7 @@ from dcaudit.spec import PipelineSpec
 
 SECTION_STAGES: dict[str, str] = {
     # section name in a spec -> "module:function"; later stages register here
+    "completion": "dcaudit.audits.completion:completion_stage",
     "replay": "dcaudit.audits.replay:replay_stage",
     "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
 }
