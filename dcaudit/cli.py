@@ -229,6 +229,159 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, quiet: bool
     click.echo(f"run {result.run_id} succeeded in {result.seconds:.1f}s -> {result.run_dir}")
 
 
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--evidence", required=True, help="Evidence column(s), comma-separated.")
+@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
+@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
+@click.option("--fiber-rule", default="exact", show_default=True, help="exact | quantile:K | width:W.")
+@click.option("--missing", type=click.Choice(["drop", "as-value"]), default="drop", show_default=True,
+              help="Missing evidence: drop (complete cases, reported as excluded) or a value of its own.")
+@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits.")
+@click.option("--seed-offset", type=int, default=0, show_default=True, help="First seed (seeds are offset … offset+S-1).")
+@click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
+              show_default=True, help="Share of candidates in the calibration half (hash of id and seed).")
+@click.option("--min-support", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Calibration members a fiber (or window) needs before it can certify.")
+@click.option("--mode", type=click.Choice(["exact", "calibrated"]), default="exact", show_default=True,
+              help="exact: pure calibration fiber; calibrated: Clopper-Pearson bound on the minority rate <= epsilon.")
+@click.option("--epsilon", type=float, default=0.05, show_default=True, help="Risk level of --mode calibrated.")
+@click.option("--delta", type=float, default=0.05, show_default=True, help="The bound holds with confidence 1 - delta.")
+@click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
+              "'mae' or 'q80' (per seed, from calibration errors against --reference).")
+@click.option("--reference", help="Reference column for --tolerance mae / qNN (e.g. the true value the evidence predicts).")
+@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
+@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@click.pass_obj
+def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
+           missing: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int, mode: str,
+           epsilon: float, delta: float, tolerance: str | None, reference: str | None, out: Path | None,
+           force: bool, quiet: bool) -> None:
+    """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
+
+    \b
+    Splits candidates into calibration and test SEEDS times, certifies fibers on calibration only and
+    replays four policies on test: fiber_majority (benchmark-only), global_majority, certified_only,
+    certify_then_acquire. Writes replay.parquet (per seed, plus a summary row per policy with seed NULL)
+    next to the audit's summary/fibers/candidates.
+    Example:
+      dcaudit replay tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 \\
+        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
+    """
+    from dcaudit.pipelines.runner import log_notes
+
+    section: dict[str, object] = {"seeds": seeds, "seed_offset": seed_offset,
+                                  "calibration_fraction": calibration_fraction, "min_support": min_support,
+                                  "mode": mode, "epsilon": epsilon, "delta": delta}
+    if tolerance is not None:
+        section["tolerance"] = tolerance
+    if reference is not None:
+        section["reference"] = reference
+    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
+                        extra_sections={"replay": section})
+    if quiet:
+        click.echo(str(result.run_dir))
+        return
+    import pyarrow.compute as pc
+
+    table = result.tables["replay"]
+
+    def pct(v: float | None) -> str:
+        return "" if v is None else f"{100 * v:.3g}%"
+
+    rows = table.filter(pc.is_null(table["seed"])).to_pylist()
+    shown = pa.Table.from_pylist([{
+        "policy": r["policy"], "certified": pct(r["certified_fraction"]),
+        "false (all)": f"{pct(r['false_decision_rate'])} [{pct(r['false_decision_rate_p10'])}, "
+                       f"{pct(r['false_decision_rate_p90'])}]",
+        "false (certified)": pct(r["false_rate_certified"]), "CP bound": pct(r["risk_bound"]),
+        "acquired": pct(r["acquired_fraction"]),
+        "break-even λ*": "" if r["break_even_price"] is None else f"{r['break_even_price']:.4g}",
+    } for r in rows])
+    click.echo(f"{rows[0]['n_seeds'] if rows else 0} seeds; false (all) shows the mean [p10, p90] over seeds")
+    _print_table(shown, as_json=False)
+    log_notes(result)
+    click.echo(f"evidence package -> {result.run_dir}")
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--evidence", required=True, help="Base evidence column(s), comma-separated.")
+@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
+@click.option("--probes", required=True, help="Probe columns that could be measured next, comma-separated.")
+@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
+@click.option("--fiber-rule", default="exact", show_default=True,
+              help="exact | quantile:K | width:W (applied to evidence and probes).")
+@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits.")
+@click.option("--seed-offset", type=int, default=0, show_default=True, help="First seed (seeds are offset … offset+S-1).")
+@click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
+              show_default=True, help="Share of candidates in the calibration half (hash of id and seed).")
+@click.option("--min-support", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Calibration members a pure fiber needs before it certifies.")
+@click.option("--policies", default=",".join(("response_rank", "uncertainty", "diversity", "benchmark_aligned",
+                                                "random", "oracle")), show_default=True,
+              help="Probe-selection policies, comma-separated.")
+@click.option("--random-draws", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Random probe orders per seed for the random policy.")
+@click.option("--refinement", type=click.Choice(["mixed", "full"]), default="mixed", show_default=True,
+              help="mixed: certified decisions are kept, only mixed fibers are refined; full: every fiber "
+                   "recomputed after each probe (the paper's script).")
+@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), default="entropy", show_default=True,
+              help="Among probes certifying equally on calibration: least residual label entropy, or the "
+                   "first / last listed.")
+@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
+@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@click.pass_obj
+def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: str, id_column: str | None,
+             fiber_rule: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int,
+             policies: str, random_draws: int, refinement: str, tie_break: str, out: Path | None, force: bool,
+             quiet: bool) -> None:
+    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
+
+    \b
+    Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
+    one at a time, chosen on a calibration split and scored on the held-out test split, SEEDS times.
+    Writes completion.parquet (per policy × step × seed, plus mean rows with seed NULL and p10/p90)
+    next to the audit's summary/fibers/candidates, and prints the recommended next probe.
+    Example:
+      dcaudit complete tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 --seeds 200 \\
+        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma \\
+        --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
+    """
+    from dcaudit.pipelines.runner import log_notes
+
+    section: dict[str, object] = {
+        "probes": probes, "seeds": seeds, "seed_offset": seed_offset, "calibration_fraction": calibration_fraction,
+        "min_support": min_support, "policies": policies, "random_draws": random_draws,
+        "refinement": refinement, "tie_break": tie_break}
+    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, "drop", min_support, out, force,
+                        extra_sections={"completion": section})
+    if quiet:
+        click.echo(str(result.run_dir))
+        return
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("completion", result.tables["completion"])
+    shown = con.sql(
+        "SELECT policy, step, probe_added AS probe, round(100 * probe_added_share) AS \"chosen %\", "
+        "round(100 * certified_fraction, 2) AS \"certified %\", round(100 * certified_fraction_p10, 2) AS p10, "
+        "round(100 * certified_fraction_p90, 2) AS p90, round(100 * certified_fraction_se, 2) AS se, "
+        "round(100 * false_decision_rate, 3) AS \"false %\" FROM completion WHERE seed IS NULL "
+        "ORDER BY list_position(['response_rank', 'uncertainty', 'diversity', 'benchmark_aligned', 'random', "
+        "'oracle'], policy), step").to_arrow_table()
+    _print_table(shown, as_json=False)
+    first = con.sql("SELECT probe_added, probe_added_share FROM completion WHERE seed IS NULL AND step = 1 "
+                    "AND policy = 'response_rank'").fetchall()
+    log_notes(result)
+    if first:
+        click.echo(f"recommended next probe: {first[0][0]} (response_rank's first choice in "
+                   f"{100 * first[0][1]:.0f}% of {seeds} seeds)")
+    click.echo(f"evidence package -> {result.run_dir}")
+
+
 def main() -> None:
     cli(prog_name="dcaudit")
 
