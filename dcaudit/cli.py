@@ -382,6 +382,83 @@ def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: 
     click.echo(f"evidence package -> {result.run_dir}")
 
 
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--evidence", required=True, help="Base evidence column(s), comma-separated.")
+@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
+@click.option("--probes", required=True, help="Probe columns that could be measured next, comma-separated.")
+@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
+@click.option("--fiber-rule", default="exact", show_default=True,
+              help="exact | quantile:K | width:W (applied to evidence and probes).")
+@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits.")
+@click.option("--seed-offset", type=int, default=0, show_default=True, help="First seed (seeds are offset … offset+S-1).")
+@click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
+              show_default=True, help="Share of candidates in the calibration half (hash of id and seed).")
+@click.option("--min-support", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Calibration members a pure fiber needs before it certifies.")
+@click.option("--policies", default=",".join(("response_rank", "uncertainty", "diversity", "benchmark_aligned",
+                                                "random", "oracle")), show_default=True,
+              help="Probe-selection policies, comma-separated.")
+@click.option("--random-draws", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Random probe orders per seed for the random policy.")
+@click.option("--refinement", type=click.Choice(["mixed", "full"]), default="mixed", show_default=True,
+              help="mixed: certified decisions are kept, only mixed fibers are refined; full: every fiber "
+                   "recomputed after each probe (the paper's script).")
+@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), default="entropy", show_default=True,
+              help="Among probes certifying equally on calibration: least residual label entropy, or the "
+                   "first / last listed.")
+@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
+@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@click.pass_obj
+def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: str, id_column: str | None,
+             fiber_rule: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int,
+             policies: str, random_draws: int, refinement: str, tie_break: str, out: Path | None, force: bool,
+             quiet: bool) -> None:
+    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
+
+    \b
+    Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
+    one at a time, chosen on a calibration split and scored on the held-out test split, SEEDS times.
+    Writes completion.parquet (per policy × step × seed, plus mean rows with seed NULL and p10/p90)
+    next to the audit's summary/fibers/candidates, and prints the recommended next probe.
+    Example:
+      dcaudit complete tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 --seeds 200 \\
+        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma \\
+        --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
+    """
+    from dcaudit.pipelines.runner import log_notes
+
+    section: dict[str, object] = {
+        "probes": probes, "seeds": seeds, "seed_offset": seed_offset, "calibration_fraction": calibration_fraction,
+        "min_support": min_support, "policies": policies, "random_draws": random_draws,
+        "refinement": refinement, "tie_break": tie_break}
+    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, "drop", min_support, out, force,
+                        extra_sections={"completion": section})
+    if quiet:
+        click.echo(str(result.run_dir))
+        return
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("completion", result.tables["completion"])
+    shown = con.sql(
+        "SELECT policy, step, probe_added AS probe, round(100 * probe_added_share) AS \"chosen %\", "
+        "round(100 * certified_fraction, 2) AS \"certified %\", round(100 * certified_fraction_p10, 2) AS p10, "
+        "round(100 * certified_fraction_p90, 2) AS p90, round(100 * certified_fraction_se, 2) AS se, "
+        "round(100 * false_decision_rate, 3) AS \"false %\" FROM completion WHERE seed IS NULL "
+        "ORDER BY list_position(['response_rank', 'uncertainty', 'diversity', 'benchmark_aligned', 'random', "
+        "'oracle'], policy), step").to_arrow_table()
+    _print_table(shown, as_json=False)
+    first = con.sql("SELECT probe_added, probe_added_share FROM completion WHERE seed IS NULL AND step = 1 "
+                    "AND policy = 'response_rank'").fetchall()
+    log_notes(result)
+    if first:
+        click.echo(f"recommended next probe: {first[0][0]} (response_rank's first choice in "
+                   f"{100 * first[0][1]:.0f}% of {seeds} seeds)")
+    click.echo(f"evidence package -> {result.run_dir}")
+
+
 def main() -> None:
     cli(prog_name="dcaudit")
 
