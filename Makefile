@@ -6,7 +6,7 @@ export DCAUDIT_HOME ?= $(CURDIR)/workspace
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench audit-tox21 audit-all clean
+.PHONY: help install lock test lint bench audit-tox21 audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -37,6 +37,12 @@ audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence pack
 
 audit-all: install  ## every built-in spec
 	$(DCAUDIT) run tox21
+	$(MAKE) --no-print-directory simulate
+
+simulate: install  ## controlled response-space experiments with the paper's seeds (DESIGN §6)
+	$(DCAUDIT) simulate conformal --seeds 50
+	$(DCAUDIT) simulate leaderboard --seeds 50
+	$(DCAUDIT) simulate acquisition --seeds 200
 
 clean:  ## remove the workspace (downloads, tables, runs, catalog)
 	rm -rf workspace
