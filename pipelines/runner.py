@@ -42,6 +42,7 @@ SECTION_STAGES: dict[str, str] = {
     "completion": "dcaudit.audits.completion:completion_stage",
     "replay": "dcaudit.audits.replay:replay_stage",
     "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
+    "matbench": "dcaudit.pipelines.matbench:matbench_stage",
 }
 
 

@@ -1,0 +1,115 @@
+"""The ``[matbench]`` stage: polymorph-group counts and completion curves for the Matbench spec.
+
+The fiber audits themselves are ordinary ``[[audits]]`` of ``matbench.toml`` (composition fibers,
+their refinements by crystal system and space group, per-submission leaderboard audits, Magpie
+feature profiles). This stage adds what those tables do not say directly:
+
+* ``polymorphs`` (list of audit ids, default: every audit whose evidence is ``reduced_formula``
+  alone): metrics rows ``polymorph_groups`` (reduced formulas with more than one entry),
+  ``polymorph_groups_disagreeing`` (groups whose entries disagree on the claim: mixed fibers),
+  ``polymorph_entries``, ``entries_in_disagreeing_groups`` and ``disagreeing_group_fraction``;
+* ``[[matbench.completion]]`` entries: ``audits`` (ids) plus the keys of
+  :class:`dcaudit.audits.completion.CompletionConfig` (probes, seeds, policies, min_support, …).
+  Each audit's evidence map and claim are completed with the probes by the generic completion
+  engine (:func:`dcaudit.audits.completion.completion_curves`) on its own table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from dcaudit.errors import SpecError
+
+_KEYS = {"polymorphs", "completion"}
+_COMPLETION_KEYS = {"audits", "probes", "seeds", "calibration_fraction", "min_support", "policies",
+                    "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
+
+
+def _names(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{where} must be a list of names")
+    return list(value)
+
+
+def polymorph_metrics(ctx: Any, audit_ids: list[str]) -> pa.Table | None:
+    """Metrics rows counting polymorph groups (fibers with n >= 2) and those whose entries disagree."""
+    parts = []
+    for audit_id in audit_ids:
+        fibers = ctx.audits[audit_id].fibers
+        ctx.con.register("_mb_fibers", fibers)
+        try:
+            parts.append(ctx.con.sql(
+                """WITH f AS (SELECT * FROM _mb_fibers WHERE n >= 2),
+                a AS (SELECT any_value(source) AS source, any_value(audit_id) AS experiment,
+                             any_value(claim) AS claim, any_value(fiber_rule) AS fiber_rule,
+                             CAST(count(*) AS DOUBLE) AS polymorph_groups,
+                             CAST(count_if(status = 'ambiguous') AS DOUBLE) AS polymorph_groups_disagreeing,
+                             CAST(coalesce(sum(n), 0) AS DOUBLE) AS polymorph_entries,
+                             CAST(coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS DOUBLE)
+                                 AS entries_in_disagreeing_groups
+                      FROM f)
+                SELECT source, experiment, claim, fiber_rule, metric, value,
+                       NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high
+                FROM (SELECT *, polymorph_groups_disagreeing / nullif(polymorph_groups, 0)
+                                AS disagreeing_group_fraction FROM a)
+                UNPIVOT (value FOR metric IN (polymorph_groups, polymorph_groups_disagreeing, polymorph_entries,
+                                              entries_in_disagreeing_groups, disagreeing_group_fraction))"""
+            ).to_arrow_table())
+        finally:
+            ctx.con.unregister("_mb_fibers")
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+
+def completion_entry(ctx: Any, entry: dict[str, Any], where: str) -> list[pa.Table]:
+    """Completion curves for each audit named in one ``[[matbench.completion]]`` entry."""
+    from dcaudit.audits.completion import POLICIES, CompletionConfig, completion_curves
+
+    bad = set(entry) - _COMPLETION_KEYS
+    if bad:
+        raise SpecError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_COMPLETION_KEYS)}")
+    if "audits" not in entry or "probes" not in entry:
+        raise SpecError(f"{where}: needs audits = [...] and probes = [...]")
+    tasks = {a.audit_id: a for a in ctx.spec.audits}
+    out = []
+    for audit_id in _names(entry["audits"], f"{where} audits"):
+        if audit_id not in tasks:
+            raise SpecError(f"{where}: no audit {audit_id!r}; the spec has {sorted(tasks)}")
+        task = tasks[audit_id]
+        options: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("audits", "probes", "policies")}
+        config = CompletionConfig(probes=tuple(_names(entry["probes"], f"{where} probes")),
+                                  policies=tuple(_names(entry.get("policies", list(POLICIES)), f"{where} policies")),
+                                  **{"min_support": task.min_support, **options})
+        result = completion_curves(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column,
+                                   evidence=task.evidence, claim=task.claim, config=config, source=ctx.source,
+                                   audit_id=audit_id)
+        ctx.notes.extend(f"{audit_id}: {note}" for note in result.notes)
+        out.append(result.table)
+    return out
+
+
+def matbench_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+    section = ctx.spec.sections.get("matbench") or {}
+    if not isinstance(section, dict):
+        raise SpecError("[matbench] must be a table of settings")
+    bad = set(section) - _KEYS
+    if bad:
+        raise SpecError(f"[matbench]: unknown key(s) {sorted(bad)}; allowed: {sorted(_KEYS)}")
+    default = [a.audit_id for a in ctx.spec.audits if a.evidence.columns == ("reduced_formula",)]
+    poly_ids = _names(section.get("polymorphs", default), "[matbench] polymorphs")
+    missing = [a for a in poly_ids if a not in ctx.audits]
+    if missing:
+        raise SpecError(f"[matbench] polymorphs: no audit(s) {missing}")
+    out: dict[str, list[pa.Table]] = {"metrics": [], "completion": []}
+    poly = polymorph_metrics(ctx, poly_ids)
+    if poly is not None:
+        out["metrics"].append(poly)
+    entries = section.get("completion", [])
+    if isinstance(entries, dict):
+        entries = [entries]
+    for i, entry in enumerate(entries):
+        out["completion"].extend(completion_entry(ctx, entry, f"[[matbench.completion]] #{i + 1}"))
+    return out
