@@ -22,6 +22,7 @@ from dcaudit.config import Settings
 from dcaudit.errors import DcauditError, RunLockedError
 from dcaudit.reports.package import PACKAGE_TABLES
 
+STORAGE_VERSION = "v1.5.0"
 _RUNS_DDL = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id VARCHAR PRIMARY KEY,
@@ -69,7 +70,8 @@ class Catalog:
     def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with file_lock(self.lock_path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            con = duckdb.connect(str(self.path))
+            # Stored in a format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
+            con = duckdb.connect(str(self.path), config={"storage_compatibility_version": STORAGE_VERSION})
             try:
                 con.execute(_RUNS_DDL)
                 yield con

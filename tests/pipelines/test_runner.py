@@ -99,6 +99,20 @@ def test_interrupted_run_is_marked_failed_by_the_next_run(first_run: Settings) -
     assert row["status"] == "failed" and "interrupted" in row["error"]
 
 
+def test_duckdb_shell_reads_the_catalog(first_run: Settings) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    shell = Path(sys.executable).parent / "duckdb"
+    shell = shell if shell.exists() else shutil.which("duckdb")
+    assert shell, "the DuckDB shell (dev extra duckdb-cli) is not installed"
+    out = subprocess.run([str(shell), "-readonly", "-csv", str(first_run.catalog_path),
+                          "select n_candidates, ambiguous from summary where audit_id = 'nr7-p53' limit 1"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["n_candidates,ambiguous", "4391,4297"]
+
+
 def test_unknown_spec_lists_the_builtin_ones(tox21_settings: Settings) -> None:
     result = CliRunner().invoke(cli, ["run", "nosuchspec"], env={"DCAUDIT_HOME": str(tox21_settings.home)})
     assert result.exit_code == 2 and "built-in: " in result.output and "tox21" in result.output
