@@ -42,7 +42,7 @@ audit-all: install  ## every built-in spec
 simulate: install  ## controlled response-space experiments with the paper's seeds (DESIGN §6)
 	$(DCAUDIT) simulate conformal --seeds 50
 	$(DCAUDIT) simulate leaderboard --seeds 50
-	$(DCAUDIT) simulate acquisition --seeds 200
+	$(DCAUDIT) simulate acquisition --seeds 200 --geometries 50
 
 clean:  ## remove the workspace (downloads, tables, runs, catalog)
 	rm -rf workspace

@@ -22,7 +22,7 @@ seeds, models and candidates.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -428,6 +428,10 @@ class AcquisitionConfig:
     candidate_seed: int = 31
     random_seed: int = 5000         # random order of trial t: default_rng(5000 + t)
     radius_scales: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+    # Not in the paper: re-draw the geometry (seeds geometry_seed + 1 … + geometries) to see how much
+    # the single published geometry's curve depends on its draw; 0 = off.
+    geometries: int = 0
+    geometry_random_trials: int = 50
 
 
 @dataclass(frozen=True)
@@ -608,9 +612,31 @@ def _radius_rows(runs: AcquisitionRuns, cfg: AcquisitionConfig, step: int = 3) -
     return [{"experiment": "acquisition", "metric": f"certified_after_{step}_probes", **r} for r in rows]
 
 
+def geometry_spread_rows(cfg: AcquisitionConfig, step: int = 3) -> list[dict]:
+    """Certified fraction after ``step`` probes per policy across re-drawn geometries (spread rows)."""
+    if cfg.geometries < 1:
+        return []
+    per_policy: dict[str, list[float]] = {p: [] for p in ("none", *POLICIES)}
+    for i in range(1, cfg.geometries + 1):     # each geometry is a full (batched) experiment of its own
+        runs = acquisition_runs(replace(cfg, geometry_seed=cfg.geometry_seed + i,
+                                        random_trials=cfg.geometry_random_trials))
+        per_policy["none"].append(float(runs.certified["response_rank"][0]))
+        for policy in POLICIES:
+            per_policy[policy].append(float(np.mean(runs.certified[policy][..., step])))
+    values = {p: np.array(v) for p, v in per_policy.items()}
+    others = np.max([values[p] for p in POLICIES[1:]], axis=0)
+    wins = values["response_rank"] >= others - 1e-12
+    rows = [{"metric": f"certified_after_{step}_probes_across_geometries", "setting": policy,
+             **_summary(v)} for policy, v in values.items()]
+    rows.append({"metric": f"response_rank_best_after_{step}_probes_across_geometries", "setting": "response_rank",
+                 **_proportion(int(wins.sum()), wins.size)})
+    return [{"experiment": "acquisition", "radius_scale": 1.0, **r} for r in rows]
+
+
 def acquisition_experiment(cfg: AcquisitionConfig = AcquisitionConfig()) -> dict[str, pa.Table]:
     runs = acquisition_runs(cfg)
-    return {"completion": _completion_table(runs, cfg), "metrics": _metrics_table(_radius_rows(runs, cfg))}
+    rows = _radius_rows(runs, cfg) + geometry_spread_rows(cfg)
+    return {"completion": _completion_table(runs, cfg), "metrics": _metrics_table(rows)}
 
 
 EXPERIMENTS: dict[str, tuple[type, Callable[..., dict[str, pa.Table]], str]] = {

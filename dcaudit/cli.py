@@ -192,9 +192,11 @@ def specs() -> None:
 @click.argument("experiment", type=click.Choice(["conformal", "leaderboard", "acquisition"]))
 @click.option("--seeds", type=click.IntRange(min=1), help="Seeds per setting (conformal, leaderboard; paper: 50) "
               "or random-order trials (acquisition; paper: 200). Default: the paper's.")
+@click.option("--geometries", type=click.IntRange(min=0), help="acquisition only: also re-draw the geometry this "
+              "many times and report the spread of the curves (not in the paper).")
 @click.option("--quiet", is_flag=True, help="Print only the run id.")
 @click.pass_obj
-def simulate(settings: Settings, experiment: str, seeds: int | None, quiet: bool) -> None:
+def simulate(settings: Settings, experiment: str, seeds: int | None, geometries: int | None, quiet: bool) -> None:
     """Controlled linear response-space experiments (no data needed; DESIGN §6).
 
     \b
@@ -208,7 +210,7 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, quiet: bool
     from dcaudit.pipelines.runner import log_notes
     from dcaudit.pipelines.simulate import run_simulation
 
-    result = run_simulation(settings, experiment, seeds)
+    result = run_simulation(settings, experiment, seeds, geometries)
     if quiet:
         click.echo(result.run_id)
         return

@@ -18,8 +18,11 @@ from dcaudit.errors import SpecError
 from dcaudit.pipelines.runner import RunResult, execute_run
 
 
-def simulation_config(experiment: str, seeds: int | None = None) -> object:
-    """The experiment's config with the paper's defaults, ``seeds`` overriding its seed count."""
+def simulation_config(experiment: str, seeds: int | None = None, geometries: int | None = None) -> object:
+    """The experiment's config with the paper's defaults, ``seeds`` overriding its seed count.
+
+    ``geometries`` (acquisition only) adds the spread over re-drawn geometries, which the paper lacks.
+    """
     if experiment not in EXPERIMENTS:
         raise SpecError(f"unknown experiment {experiment!r}; choose one of {sorted(EXPERIMENTS)}")
     config_cls, _, seed_field = EXPERIMENTS[experiment]
@@ -28,11 +31,16 @@ def simulation_config(experiment: str, seeds: int | None = None) -> object:
         if seeds < 1:
             raise SpecError(f"--seeds must be at least 1, not {seeds}")
         cfg = replace(cfg, **{seed_field: int(seeds)})
+    if geometries:
+        if experiment != "acquisition" or geometries < 0:
+            raise SpecError("--geometries (a positive count) applies to the acquisition experiment only")
+        cfg = replace(cfg, geometries=int(geometries))
     return cfg
 
 
-def run_simulation(settings: Settings, experiment: str, seeds: int | None = None) -> RunResult:
-    cfg = simulation_config(experiment, seeds)
+def run_simulation(settings: Settings, experiment: str, seeds: int | None = None,
+                   geometries: int | None = None) -> RunResult:
+    cfg = simulation_config(experiment, seeds, geometries)
     _, fn, seed_field = EXPERIMENTS[experiment]
     payload = {"experiment": experiment, "config": asdict(cfg)}
     spec_hash = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()

@@ -139,7 +139,7 @@ def test_leaderboard_with_the_papers_seeds_is_near_the_published_figures() -> No
 
 
 def test_acquisition_residual_greedy_completes_fastest() -> None:
-    tables = c.acquisition_experiment(c.AcquisitionConfig(random_trials=20))
+    tables = c.acquisition_experiment(c.AcquisitionConfig(random_trials=20, geometries=2, geometry_random_trials=5))
     comp = tables["completion"]
     means = comp.filter(pc.is_null(comp["seed"]))
     curve = {(r["policy"], r["step"]): r["certified_fraction"] for r in means.to_pylist()}
@@ -154,9 +154,13 @@ def test_acquisition_residual_greedy_completes_fastest() -> None:
     assert random_rows.filter(pc.is_valid(random_rows["seed"])).num_rows == 20 * 13
     mean_random = means.filter(pc.equal(means["policy"], "random")).to_pylist()
     assert all(r["p10"] - 1e-12 <= r["certified_fraction"] <= r["p90"] + 1e-12 for r in mean_random)
-    radius = tables["metrics"].to_pylist()
+    radius = [r for r in tables["metrics"].to_pylist() if r["metric"] == "certified_after_3_probes"]
     by_scale = {(r["setting"], r["radius_scale"]): r["value"] for r in radius}
     assert by_scale[("none", 0.5)] > by_scale[("none", 1.0)] > by_scale[("none", 2.0)]   # larger R_c, fewer
+    spread = {r["setting"]: r for r in tables["metrics"].to_pylist() if r["metric"].endswith("across_geometries")
+              and r["metric"].startswith("certified")}
+    assert spread["response_rank"]["n_seeds"] == 2
+    assert spread["response_rank"]["min"] > spread["none"]["max"]        # probes always help the greedy policy
 
 
 def test_simulate_cli_registers_a_run_with_metrics(settings) -> None:  # noqa: ANN001 - fixture
