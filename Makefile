@@ -6,7 +6,7 @@ export DCAUDIT_HOME ?= $(CURDIR)/workspace
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench audit-tox21 audit-all simulate clean
+.PHONY: help install lock test lint bench audit-tox21 audit-matbench audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,8 +35,13 @@ bench: install  ## performance benchmarks -> bench/results/
 audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
 	$(DCAUDIT) run tox21
 
+audit-matbench: install  ## Matbench v0.1 (composition, leaderboard, Magpie) and Matbench Discovery (needs the WBM summary)
+	$(DCAUDIT) run matbench
+	-$(DCAUDIT) run matbench-discovery
+
 audit-all: install  ## every built-in spec
 	$(DCAUDIT) run tox21
+	$(MAKE) --no-print-directory audit-matbench
 	$(MAKE) --no-print-directory simulate
 
 simulate: install  ## controlled response-space experiments with the paper's seeds (DESIGN §6)
