@@ -406,6 +406,19 @@ def _columns_of(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
     return [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
 
 
+def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: str,
+                        config: ReplayConfig = ReplayConfig()) -> pa.Table:
+    """Which candidate is in the calibration half at which seed (candidate_id, seed, calibration).
+
+    The same expression the replays use, for inspecting a split or checking a replay by hand.
+    """
+    return con.sql(
+        f"SELECT b.candidate_id, s.seed, {_split_sql(config)} AS calibration "
+        f"FROM (SELECT DISTINCT CAST({quote_identifier(id_column)} AS VARCHAR) AS candidate_id, "
+        f"hash(CAST({quote_identifier(id_column)} AS VARCHAR)) AS h FROM {relation}) b "
+        f"CROSS JOIN {_seeds_sql(config)} ORDER BY b.candidate_id, s.seed").to_arrow_table()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Public API.
 
