@@ -459,11 +459,15 @@ def acquisition_geometry(cfg: AcquisitionConfig) -> AcquisitionGeometry:
     return AcquisitionGeometry(bench, deploy, np.vstack([targeted, random_pool]), names, y_hat, radius)
 
 
+def _unit_or_zero(r: np.ndarray) -> np.ndarray:
+    """Unit vectors along the last axis; a (numerically) zero residual adds no direction to a span."""
+    norm = np.linalg.norm(r, axis=-1, keepdims=True)
+    return np.where(norm > TOL, r / np.where(norm > TOL, norm, 1.0), 0.0)
+
+
 def _add_direction(resid_proj: np.ndarray, probe: np.ndarray) -> np.ndarray:
     """I − P after adding ``probe`` to the span: remove its new unit direction (batched)."""
-    r = np.einsum("...ij,...j->...i", resid_proj, probe)
-    norm = np.linalg.norm(r, axis=-1, keepdims=True)
-    u = np.where(norm > TOL, r / np.where(norm > TOL, norm, 1.0), 0.0)   # in-span probe: nothing new
+    u = _unit_or_zero(np.einsum("...ij,...j->...i", resid_proj, probe))
     return resid_proj - u[..., :, None] * u[..., None, :]
 
 
@@ -472,8 +476,7 @@ def _policy_scores(policy: str, resid_proj: np.ndarray, deploy: np.ndarray, pool
     r_pool = pool @ resid_proj                                    # (P, d): residual of each pool probe
     r_deploy = deploy @ resid_proj                                # (J, d): deployment residuals
     if policy == "response_rank":
-        norm = np.linalg.norm(r_pool, axis=-1, keepdims=True)
-        u = np.where(norm > TOL, r_pool / np.where(norm > TOL, norm, 1.0), 0.0)
+        u = _unit_or_zero(r_pool)
         new_sq = (r_deploy ** 2).sum(axis=-1)[None, :] - (u @ r_deploy.T) ** 2   # (P, J)
         return -np.sqrt(np.clip(new_sq, 0.0, None)).max(axis=-1)  # minimise the worst residual after q
     if policy == "uncertainty":
@@ -503,7 +506,10 @@ def max_residual_path(bench: np.ndarray, deploy: np.ndarray, pool: np.ndarray, o
     """Worst deployment residual after 0…steps added probes for probe orders (T, steps) -> (T, steps+1)."""
     n_orders, steps = orders.shape
     resid_proj = np.broadcast_to(np.eye(bench.shape[1]) - projector(bench), (n_orders,) + (bench.shape[1],) * 2)
-    worst = lambda m: np.linalg.norm(np.einsum("tij,kj->tki", m, deploy), axis=-1).max(axis=-1)  # noqa: E731
+
+    def worst(m: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(np.einsum("tij,kj->tki", m, deploy), axis=-1).max(axis=-1)
+
     out = [worst(resid_proj)]
     for step in range(steps):                                    # steps are sequential; orders are batched
         resid_proj = _add_direction(resid_proj, pool[orders[:, step]])
@@ -599,16 +605,13 @@ def _completion_table(runs: AcquisitionRuns, cfg: AcquisitionConfig) -> pa.Table
 def _radius_rows(runs: AcquisitionRuns, cfg: AcquisitionConfig, step: int = 3) -> list[dict]:
     """Certified fraction after ``step`` probes with R_c scaled (PAPER-NOTES §6.1 radius sensitivity)."""
     geo = runs.geometry
+    worst = {"none": runs.g_max["response_rank"][0], **{p: runs.g_max[p][..., step] for p in POLICIES}}
     rows = []
-    for scale in cfg.radius_scales:                              # six scales; each evaluation is batched
-        none = certified_fraction(geo.y_hat, geo.radius * scale, runs.g_max["response_rank"][0], cfg.tau)
-        rows.append({"setting": "none", "value": float(none)})
-        for policy in POLICIES:
-            g = runs.g_max[policy][..., step]
+    for scale in cfg.radius_scales:                              # six parameter values; each is batched
+        for policy, g in worst.items():
             cert = certified_fraction(geo.y_hat, geo.radius * scale, g, cfg.tau)
-            rows.append({"setting": policy, **(_summary(cert) if policy == "random" else {"value": float(cert)})})
-        for row in rows[-len(POLICIES) - 1:]:
-            row.update({"radius_scale": scale})
+            stats = _summary(cert) if np.ndim(cert) else {"value": float(cert)}   # random: over orders
+            rows.append({"setting": policy, "radius_scale": scale, **stats})
     return [{"experiment": "acquisition", "metric": f"certified_after_{step}_probes", **r} for r in rows]
 
 
