@@ -12,8 +12,8 @@ frozen; the result is scored on the held-out **test** split:
 Policies (DESIGN §4): ``response_rank`` (largest calibration certified fraction after adding the
 probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``diversity`` (lowest
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
-(``random_draws`` random orders per seed) and ``oracle`` (largest *test* certified fraction: uses
-test labels, so ``deployable`` is false).
+(``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
+it uses test labels, so ``deployable`` is false). response_rank and oracle break ties by ``tie_break``.
 
 Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
@@ -379,7 +379,7 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
         con.execute(f"""INSERT INTO {t}pick
             SELECT k.policy, k.seed, k.draw,
                    CASE WHEN k.policy = 'oracle'
-                        THEN first(p.q ORDER BY s.test_cert DESC, s.test_false, {tie})
+                        THEN first(p.q ORDER BY s.test_cert - s.test_false DESC, s.test_false, {tie})
                         ELSE first(p.q ORDER BY s.cal_cert DESC, {tie}) END AS q
             {unused} JOIN {t}nst s ON s.seed = k.seed AND s.node = k.node * {m + 1} + p.q + 1
             WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
