@@ -307,33 +307,56 @@ def _policy_columns(ps: dict[str, np.ndarray], cfg: ReplayConfig) -> dict[str, n
     return {k: np.concatenate(v) for k, v in cols.items()}
 
 
-def _summaries(rows: dict[str, np.ndarray], *, pooled: bool) -> dict[str, list[Any]]:
-    """Mean (and spread) over seeds per (model, policy); with ``pooled`` also over all models (model NULL)."""
-    models = rows["model"]
-    groups: list[tuple[Any, str, np.ndarray]] = []
-    for policy in POLICIES:
-        in_policy = rows["policy"] == policy
-        if pooled:
-            for m in sorted({m for m in models if m is not None}):  # models, not seeds: a few dozen at most
-                groups.append((m, policy, in_policy & (models == m)))
-        groups.append((None if pooled else (models[in_policy][0] if in_policy.any() else None), policy, in_policy))
-    out: dict[str, list[Any]] = {}
+def _summaries(rows: dict[str, np.ndarray], *, pooled: bool) -> dict[str, Any]:
+    """Mean (and spread) over seeds per (model, policy); with ``pooled`` also over all models (model NULL).
+
+    Rows come policy-major and, within a policy, ordered by (model, seed) with the same seeds for every
+    model, so each column reshapes to (policy, model, seed) and every statistic is one numpy reduction.
+    """
+    n_pol = len(POLICIES)
+    per_policy = len(rows["policy"]) // n_pol
+    model_of = rows["model"][:per_policy]
+    models = list(dict.fromkeys(model_of.tolist()))
+    n_models = len(models)
+    if n_models * (per_policy // max(n_models, 1)) != per_policy or \
+            any((model_of[i * (per_policy // n_models):(i + 1) * (per_policy // n_models)] != m).any()
+                for i, m in enumerate(models)):
+        raise AssertionError("replay rows must hold the same seeds for every model")  # pragma: no cover
+    shape = (n_pol, n_models, per_policy // n_models)
+
+    def cube(key: str) -> np.ndarray:
+        return _float(rows[key]).reshape(shape)
+
+    def reduce(values: np.ndarray, fn: Any) -> np.ndarray:
+        """(policy, model[, pooled]) statistic over seeds."""
+        per_model = fn(values, axis=2)
+        if not pooled:
+            return per_model
+        flat = values.reshape(n_pol, 1, -1)
+        return np.concatenate([per_model, fn(flat, axis=2)], axis=1)
+
+    group_models = models + ([None] if pooled else [])
+    out: dict[str, Any] = {
+        "model": np.array(group_models * n_pol, dtype=object),
+        "policy": np.repeat(np.array(POLICIES, dtype=object), len(group_models)),
+        "n_seeds": np.concatenate([np.full(n_models, shape[2])] + ([np.array([n_models * shape[2]])] if pooled
+                                                                   else [])).tolist() * n_pol,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN mean is a NULL in the table
-        for model, policy, mask in groups:
-            out.setdefault("model", []).append(model)
-            out.setdefault("policy", []).append(policy)
-            out.setdefault("n_seeds", []).append(int(mask.sum()))
-            for key in _MEANS:
-                out.setdefault(key, []).append(np.nanmean(_float(rows[key][mask])))
-            for key in ("total_cost", "relative_cost_reduction"):
-                block = rows[key][mask]
-                out.setdefault(key, []).append(None if np.isnan(block).all() else np.nanmean(block, axis=0))
-            for key in _SPREAD:
-                p10, p90 = np.nanquantile(_float(rows[key][mask]), [0.1, 0.9])
-                out.setdefault(f"{key}_p10", []).append(p10)
-                out.setdefault(f"{key}_p90", []).append(p90)
-            out.setdefault("break_even_price_median", []).append(np.nanmedian(_float(rows["break_even_price"][mask])))
+        for key in _MEANS:
+            out[key] = reduce(cube(key), np.nanmean).ravel()
+        for key in ("total_cost", "relative_cost_reduction"):
+            block = rows[key].reshape(*shape, -1)
+            per_model = np.nanmean(block, axis=2)
+            if pooled:
+                per_model = np.concatenate([per_model, np.nanmean(block.reshape(n_pol, 1, -1, block.shape[-1]),
+                                                                  axis=2)], axis=1)
+            out[key] = per_model.reshape(-1, block.shape[-1])
+        for key in _SPREAD:
+            q = reduce(cube(key), lambda v, axis: np.moveaxis(np.nanquantile(v, [0.1, 0.9], axis=axis), 0, -1))
+            out[f"{key}_p10"], out[f"{key}_p90"] = q[..., 0].ravel(), q[..., 1].ravel()
+        out["break_even_price_median"] = reduce(cube("break_even_price"), np.nanmedian).ravel()
     return out
 
 
@@ -342,9 +365,11 @@ def _num(values: Any) -> pa.Array:
     return pa.array(arr, mask=np.isnan(arr))
 
 
-def _lists(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None or np.isnan(v).all() else [float(x) for x in v] for v in values],
-                    pa.list_(pa.float64()))
+def _lists(block: np.ndarray) -> pa.Array:
+    """Rows of a (rows, prices) array as list<double>; all-NaN rows (no cost defined) become NULL."""
+    n, width = block.shape
+    offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(block.ravel()), mask=pa.array(np.isnan(block).all(axis=1)))
 
 
 def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
@@ -362,19 +387,23 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     table["delta"] = pa.array([cfg.delta] * n_rows, pa.float64())
     table["calibration_fraction"] = pa.array([cfg.calibration_fraction] * n_rows, pa.float64())
     table["seed_offset"] = pa.array([cfg.seed_offset] * n_rows, pa.int64())
-    table["model"] = pa.array(list(rows["model"]) + summary["model"], pa.string())
-    table["policy"] = pa.array(list(rows["policy"]) + summary["policy"], pa.string())
-    table["seed"] = pa.array([int(s) for s in rows["seed"]] + [None] * n_sum, pa.int64())
-    table["n_seeds"] = pa.array([1] * n_seed_rows + summary["n_seeds"], pa.int64())
+    table["model"] = pa.array(np.concatenate([rows["model"], summary["model"]]).tolist(), pa.string())
+    table["policy"] = pa.array(np.concatenate([rows["policy"], summary["policy"]]).tolist(), pa.string())
+    seeds = np.concatenate([_float(rows["seed"]), np.full(n_sum, np.nan)])
+    table["seed"] = pa.array(np.nan_to_num(seeds).astype(np.int64), mask=np.isnan(seeds))
+    table["n_seeds"] = pa.array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                np.asarray(summary["n_seeds"], dtype=np.int64)]))
     for key in _MEANS:
         table[key] = _num(np.concatenate([_float(rows[key]), _float(summary[key])]))
-    table["prices"] = pa.array([[float(p) for p in cfg.prices]] * n_rows, pa.list_(pa.float64()))
+    prices = np.asarray(cfg.prices, dtype=float)
+    table["prices"] = _lists(np.broadcast_to(prices, (n_rows, len(prices))))
     for key in ("total_cost", "relative_cost_reduction"):
-        table[key] = _lists(list(rows[key]) + summary[key])
+        table[key] = _lists(np.concatenate([rows[key], summary[key]]))
+    blank = np.full(n_seed_rows, np.nan)
     for key in _SPREAD:
         for q in ("p10", "p90"):
-            table[f"{key}_{q}"] = _num([np.nan] * n_seed_rows + summary[f"{key}_{q}"])
-    table["break_even_price_median"] = _num([np.nan] * n_seed_rows + summary["break_even_price_median"])
+            table[f"{key}_{q}"] = _num(np.concatenate([blank, summary[f"{key}_{q}"]]))
+    table["break_even_price_median"] = _num(np.concatenate([blank, summary["break_even_price_median"]]))
     return pa.table(table)
 
 
