@@ -20,7 +20,7 @@ help:  ## list the targets
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	touch $@
 
-install: .venv/.installed  ## create .venv/ from the lock file (all extras but spark)
+install: .venv/.installed  ## create .venv/ from the lock file (every extra, spark included)
 
 lock:  ## re-resolve requirements.lock from pyproject.toml
 	$(UV) pip compile pyproject.toml --extra all -o requirements.lock --python-version 3.11
