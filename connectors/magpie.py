@@ -65,6 +65,9 @@ def element_fractions(formulas: Sequence[str]) -> tuple[list[str], np.ndarray, l
             items = [(str(el), amt) for el, amt in comp.items()]
             if not items:
                 raise ValueError("no elements")
+            fake = [str(el) for el in comp if not isinstance(el, core.Element)]
+            if fake:  # pymatgen reads unknown symbols as dummy species rather than failing
+                raise ValueError(f"not chemical elements: {fake}")
         except Exception as exc:  # pymatgen raises several types on bad formulas
             errors.append(f"{type(exc).__name__}: {exc}")
             continue
@@ -109,20 +112,21 @@ def _elements(cache_dir: Path) -> pl.DataFrame | None:
     return pl.read_parquet(path) if meta.get(b"dcaudit.normaliser", b"").decode() == VERSION else None
 
 
-def magpie_stats(w: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
-    """Every (stat, property) column for the amount matrix ``w`` (n x E) and elemental ``values`` (E x P).
+def magpie_stats(w: np.ndarray, values: np.ndarray, properties: Sequence[str] = PROPERTIES) -> dict[str, np.ndarray]:
+    """Every (stat, property) column for the amount matrix ``w`` (n x E) and elemental ``values`` (E x P,
+    columns in the order of ``properties``).
 
     Definitions as matminer's ``PropertyStats``: weights are the element amounts; minimum/maximum
     are NaN when any present element lacks the property; mode is the smallest value among the
     elements of largest amount (``np.isclose``).
     """
-    out = {c: np.empty(w.shape[0]) for c in COLUMNS}
+    out = {column(s, p): np.empty(w.shape[0]) for p in properties for s in STATS}
     for lo in range(0, w.shape[0], _CHUNK):  # chunks bound memory at _CHUNK x E x 1 floats per property
         wc = w[lo:lo + _CHUNK]
         present = wc > 0
         total = wc.sum(axis=1)
         top = np.isclose(wc, wc.max(axis=1, keepdims=True)) & present
-        for j, prop in enumerate(PROPERTIES):
+        for j, prop in enumerate(properties):
             v = values[:, j][None, :]
             nan_present = (present & np.isnan(v)).any(axis=1)
             vz = np.where(present, np.nan_to_num(v), 0.0)

@@ -308,7 +308,11 @@ def reduced_formulas(compositions: Sequence[str | None]) -> tuple[list[str | Non
         if text is None:
             continue
         try:
-            cache[text] = core.Composition(text).reduced_formula
+            comp = core.Composition(text)
+            fake = [str(el) for el in comp.element_composition if not isinstance(el, core.Element)]
+            if fake:  # pymatgen reads unknown symbols ("Qq") as dummy species instead of failing
+                raise ValueError(f"not chemical elements: {fake}")
+            cache[text] = comp.reduced_formula
         except Exception as exc:  # pymatgen raises ValueError/KeyError/… on bad formulas
             cache[text] = None
             errors[text] = f"{type(exc).__name__}: {exc}"
