@@ -43,6 +43,11 @@ per seed, the calibration MAE (``mae``) or an absolute-error quantile (``q80``) 
 a reference column. Windows are counted with two ASOF joins on calibration prefix sums (sorted once
 per seed and model in SQL), never with per-point masks.
 
+Engine: for fibers, one SQL pass over candidates × seeds yields (seed, fiber, half) counts — the
+only work that grows with candidates × seeds — and that small table is reduced with vectorised numpy
+(DuckDB's planning time for the few joins involved exceeds the work itself). For windows, the per
+candidate window counts and per-seed outcomes are all SQL.
+
 Splits use DuckDB's ``hash``: reproducible for a given DuckDB version, not across versions.
 """
 
@@ -417,7 +422,13 @@ def _fetch_per_seed(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, np.nd
 
 
 def _bound_sql(cfg: ReplayConfig) -> str:
-    """Clopper–Pearson upper bound on the minority rate of a calibration fiber/window (NULL when empty)."""
+    """Clopper–Pearson upper bound on the minority rate of a calibration fiber/window (NULL when empty).
+
+    In exact mode only pure fibers certify and their bound has a closed form, 1 − δ^(1/n); the
+    calibrated mode needs the inverse beta function (a vectorised scipy UDF).
+    """
+    if cfg.mode == "exact":
+        return f"CASE WHEN n_cal > 0 AND (t_cal = 0 OR t_cal = n_cal) THEN 1 - pow({cfg.delta!r}, 1.0 / n_cal) END"
     return (f"CASE WHEN n_cal > 0 THEN {_UDF}(CAST(least(t_cal, n_cal - t_cal) AS BIGINT), "
             f"CAST(n_cal AS BIGINT), CAST({cfg.delta!r} AS DOUBLE)) END")
 
@@ -464,50 +475,85 @@ def replay_fibers(
     """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width)."""
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
-    _ensure_udf(con)
     ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
     keys = ", ".join(ev.key_columns)
-    model = _lit(labels.model) if labels.model is not None else "NULL::VARCHAR"
-    # One query. The only pass over candidates × seeds counts calibration members per (seed, fiber);
-    # test counts are fiber totals minus those, and every seed meets every fiber (unseen ones included).
-    ctes = f"""
-    base AS MATERIALIZED (
-        SELECT hash(candidate_id) AS h, CAST(dense_rank() OVER (ORDER BY {keys}) AS INTEGER) AS f, y
-        FROM ({ev.sql}) WHERE reason IS NULL
-    ),
-    fib AS (SELECT f, count(*) AS n_f, count(*) FILTER (WHERE y) AS t_f FROM base GROUP BY f),
-    cal AS (
-        SELECT s.seed, b.f, count(*) AS n_cal, count(*) FILTER (WHERE b.y) AS t_cal
-        FROM base b CROSS JOIN {_seeds_sql(config)} WHERE {_split_sql(config)}
-        GROUP BY s.seed, b.f
-    ),
-    fs AS (
-        SELECT s.seed, fib.f, coalesce(cal.n_cal, 0) AS n_cal, coalesce(cal.t_cal, 0) AS t_cal,
-               fib.n_f - coalesce(cal.n_cal, 0) AS n_test, fib.t_f - coalesce(cal.t_cal, 0) AS t_test
-        FROM fib CROSS JOIN {_seeds_sql(config)} LEFT JOIN cal ON cal.seed = s.seed AND cal.f = fib.f
-    ),
-    g AS (SELECT seed, 2 * sum(t_cal) > sum(n_cal) AS gmaj FROM fs GROUP BY seed),
-    b AS (
-        SELECT fs.*, g.gmaj, 2 * t_cal > n_cal AS maj,
-               {_bound_sql(config)} AS bound
-        FROM fs JOIN g USING (seed)
-    ),
-    units AS (
-        SELECT {model} AS model, seed, n_cal, t_cal, n_test, t_test, gmaj, maj, bound,
-               coalesce({_certified_sql(config)}, FALSE) AS certified,
-               CASE WHEN n_cal > 0 THEN maj ELSE gmaj END AS fm_dec
-        FROM b
-    ),
-    totals AS (
-        SELECT {model} AS model, seed, sum(n_cal) AS n_calibration, sum(n_test) AS n_test,
-               NULL::DOUBLE AS tolerance
-        FROM fs GROUP BY seed
-    )"""
-    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
+    # The only pass over candidates × seeds, in SQL: members and trues per (seed, fiber, half).
+    sql = f"""
+    SELECT CAST(s.seed - {int(config.seed_offset)} AS BIGINT) AS seed_index, b.f, {_split_sql(config)} AS cal,
+           count(*) AS n, count(*) FILTER (WHERE b.y) AS t
+    FROM (SELECT hash(candidate_id) AS h, CAST(dense_rank() OVER (ORDER BY {keys}) AS BIGINT) AS f, y
+          FROM ({ev.sql}) WHERE reason IS NULL) b
+    CROSS JOIN {_seeds_sql(config)}
+    GROUP BY ALL"""
     try:
-        return _replay_table(_fetch_per_seed(con, _per_seed_sql(ctes)), config, names, pooled=False)
+        counts = con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
+    ps = _fiber_outcomes(counts, config, labels.model)
+    return _replay_table(ps, config, names, pooled=False)
+
+
+def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str | None) -> dict[str, np.ndarray]:
+    """Per-seed outcomes from the (seed, fiber, half) counts.
+
+    The counts table is small (at most 2 × seeds × fibers rows), and DuckDB's planning time for the
+    handful of joins this step needs exceeds the work, so it is reduced here with vectorised numpy
+    (``np.unique`` / ``np.bincount`` over the rows; no loop over seeds or fibers).
+    """
+    seed_index = np.asarray(counts["seed_index"], dtype=np.int64)
+    fiber = np.asarray(counts["f"], dtype=np.int64)
+    is_cal = np.asarray(counts["cal"], dtype=bool)
+    n, t = np.asarray(counts["n"], dtype=np.int64), np.asarray(counts["t"], dtype=np.int64)
+    n_seeds = int(cfg.seeds)
+    # One unit per (seed, fiber) present in either half.
+    key = seed_index * (int(fiber.max(initial=0)) + 1) + fiber
+    uniq, unit = np.unique(key, return_inverse=True)
+    m = len(uniq)
+    unit_seed = np.zeros(m, dtype=np.int64)
+    unit_seed[unit] = seed_index
+    n_cal = np.bincount(unit, weights=np.where(is_cal, n, 0), minlength=m)
+    t_cal = np.bincount(unit, weights=np.where(is_cal, t, 0), minlength=m)
+    n_test = np.bincount(unit, weights=np.where(is_cal, 0, n), minlength=m)
+    t_test = np.bincount(unit, weights=np.where(is_cal, 0, t), minlength=m)
+
+    def per_seed(values: np.ndarray) -> np.ndarray:
+        return np.bincount(unit_seed, weights=values, minlength=n_seeds)
+
+    seed_cal, seed_cal_true = per_seed(n_cal), per_seed(t_cal)
+    gmaj = (2 * seed_cal_true > seed_cal)[unit_seed]
+    maj = 2 * t_cal > n_cal
+    minority = np.minimum(t_cal, n_cal - t_cal)
+    seen = n_cal > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if cfg.mode == "exact":
+            certified = seen & (n_cal >= cfg.min_support) & (minority == 0)
+            bound = np.where(seen & (minority == 0), 1.0 - cfg.delta ** (1.0 / np.where(seen, n_cal, 1.0)), np.nan)
+        else:
+            bound = np.where(seen, cp_upper(minority, n_cal, cfg.delta), np.nan)
+            certified = seen & (n_cal >= cfg.min_support) & (bound <= cfg.epsilon)
+    fm_dec = np.where(seen, maj, gmaj)
+
+    def wrong(decision: np.ndarray) -> np.ndarray:
+        return np.where(decision, n_test - t_test, t_test)
+
+    n_cert = per_seed(np.where(certified, n_test, 0))
+    weighted = per_seed(np.where(certified, np.nan_to_num(bound) * n_test, 0))
+    bound_max = np.full(n_seeds, -np.inf)
+    np.maximum.at(bound_max, unit_seed[certified], bound[certified])
+    return {
+        "model": np.full(n_seeds, model, dtype=object),
+        "seed": np.arange(n_seeds, dtype=np.int64) + int(cfg.seed_offset),
+        "n_calibration": seed_cal,
+        "n_test": per_seed(n_test),
+        "tolerance": np.full(n_seeds, np.nan),
+        "n_cert": n_cert,
+        "false_cert": per_seed(np.where(certified, wrong(maj), 0)),
+        "false_fm": per_seed(wrong(fm_dec)),
+        "false_gm": per_seed(wrong(gmaj)),
+        "risk_bound": np.where(n_cert > 0, weighted / np.where(n_cert > 0, n_cert, 1), np.nan),
+        "risk_bound_max": np.where(np.isfinite(bound_max), bound_max, np.nan),
+    }
 
 
 def replay_windows(
@@ -527,7 +573,8 @@ def replay_windows(
     on the same splits (the hash depends on the candidate id and seed only), one summary row per model
     and one pooled summary row per policy with ``model`` NULL.
     """
-    _ensure_udf(con)
+    if config.mode == "calibrated":
+        _ensure_udf(con)
     available = _columns_of(con, relation)
     needed = [id_column, window.column] + ([window.reference] if window.reference else [])
     check_columns(tuple(needed) + ((model_column,) if model_column else ()), available, what="the window replay")
