@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -227,18 +226,19 @@ def _per_seed_sql(ctes: str) -> str:
     wrong = "CASE WHEN u.{d} THEN u.n_test - u.t_test ELSE u.t_test END"
     return f"""
     WITH {ctes}
-    SELECT u.model, u.seed, any_value(t.n_calibration) AS n_calibration, any_value(t.n_test) AS n_test,
+    SELECT t.model, t.seed, any_value(t.n_calibration) AS n_calibration, any_value(t.n_test) AS n_test,
            any_value(t.tolerance) AS tolerance,
            coalesce(sum(u.n_test) FILTER (WHERE u.certified), 0) AS n_cert,
            coalesce(sum({wrong.format(d='maj')}) FILTER (WHERE u.certified), 0) AS false_cert,
-           sum({wrong.format(d='fm_dec')}) AS false_fm,
-           sum({wrong.format(d='gmaj')}) AS false_gm,
+           coalesce(sum({wrong.format(d='fm_dec')}), 0) AS false_fm,
+           coalesce(sum({wrong.format(d='gmaj')}), 0) AS false_gm,
            sum(u.bound * u.n_test) FILTER (WHERE u.certified)
                / nullif(sum(u.n_test) FILTER (WHERE u.certified), 0) AS risk_bound,
            max(u.bound) FILTER (WHERE u.certified) AS risk_bound_max
-    FROM units u JOIN totals t ON u.model IS NOT DISTINCT FROM t.model AND u.seed = t.seed
-    GROUP BY u.model, u.seed
-    ORDER BY u.model NULLS FIRST, u.seed"""
+    -- from the totals, so a (model, seed) without test candidates still has its row
+    FROM totals t LEFT JOIN units u ON u.model IS NOT DISTINCT FROM t.model AND u.seed = t.seed
+    GROUP BY t.model, t.seed
+    ORDER BY t.model NULLS FIRST, t.seed"""
 
 
 @dataclass(frozen=True)
@@ -332,14 +332,6 @@ def _summaries(rows: dict[str, np.ndarray], *, pooled: bool) -> dict[str, Any]:
     def cube(key: str) -> np.ndarray:
         return _float(rows[key]).reshape(shape)
 
-    def reduce(values: np.ndarray, fn: Any) -> np.ndarray:
-        """(policy, model[, pooled]) statistic over seeds."""
-        per_model = fn(values, axis=2)
-        if not pooled:
-            return per_model
-        flat = values.reshape(n_pol, 1, -1)
-        return np.concatenate([per_model, fn(flat, axis=2)], axis=1)
-
     group_models = models + ([None] if pooled else [])
     out: dict[str, Any] = {
         "model": np.array(group_models * n_pol, dtype=object),
@@ -347,22 +339,59 @@ def _summaries(rows: dict[str, np.ndarray], *, pooled: bool) -> dict[str, Any]:
         "n_seeds": np.concatenate([np.full(n_models, shape[2])] + ([np.array([n_models * shape[2]])] if pooled
                                                                    else [])).tolist() * n_pol,
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN mean is a NULL in the table
-        for key in _MEANS:
-            out[key] = reduce(cube(key), np.nanmean).ravel()
-        for key in ("total_cost", "relative_cost_reduction"):
-            block = rows[key].reshape(*shape, -1)
-            per_model = np.nanmean(block, axis=2)
-            if pooled:
-                per_model = np.concatenate([per_model, np.nanmean(block.reshape(n_pol, 1, -1, block.shape[-1]),
-                                                                  axis=2)], axis=1)
-            out[key] = per_model.reshape(-1, block.shape[-1])
-        for key in _SPREAD:
-            q = reduce(cube(key), lambda v, axis: np.moveaxis(np.nanquantile(v, [0.1, 0.9], axis=axis), 0, -1))
-            out[f"{key}_p10"], out[f"{key}_p90"] = q[..., 0].ravel(), q[..., 1].ravel()
-        out["break_even_price_median"] = reduce(cube("break_even_price"), np.nanmedian).ravel()
+    # Every statistic of every column in one stacked reduction: (column, policy, model, seed).
+    stack = np.stack([cube(key) for key in _MEANS])
+    if pooled:
+        stack = _with_pooled(stack)
+    means = _nanmean(stack)
+    for i, key in enumerate(_MEANS):
+        out[key] = means[i].ravel()
+    spread = _nanquantile(stack, (0.1, 0.5, 0.9))
+    for key in _SPREAD:
+        i = _MEANS.index(key)
+        out[f"{key}_p10"], out[f"{key}_p90"] = spread[0, i].ravel(), spread[2, i].ravel()
+    out["break_even_price_median"] = spread[1, _MEANS.index("break_even_price")].ravel()
+    for key in ("total_cost", "relative_cost_reduction"):
+        block = np.moveaxis(rows[key].reshape(*shape, -1), -1, 0)  # (price, policy, model, seed)
+        if pooled:
+            block = _with_pooled(block)
+        out[key] = np.moveaxis(_nanmean(block), 0, -1).reshape(-1, block.shape[0])
     return out
+
+
+def _with_pooled(values: np.ndarray) -> np.ndarray:
+    """(…, policy, model, seed) -> (…, policy, model + 1, seeds) where the extra model pools all models.
+
+    The per-model slots are padded with NaN to the pooled length; NaN-aware statistics ignore them.
+    """
+    *lead, n_pol, n_models, n_seed = values.shape
+    padded = np.full((*lead, n_pol, n_models + 1, n_models * n_seed), np.nan)
+    padded[..., :n_models, :n_seed] = values
+    padded[..., n_models, :] = values.reshape(*lead, n_pol, n_models * n_seed)
+    return padded
+
+
+def _nanmean(values: np.ndarray) -> np.ndarray:
+    """Mean over the last axis ignoring NaN; NaN where nothing is defined."""
+    valid = ~np.isnan(values)
+    count = valid.sum(axis=-1)
+    total = np.where(valid, values, 0.0).sum(axis=-1)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _nanquantile(values: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """Linear-interpolation quantiles over the last axis ignoring NaN (numpy's default method), vectorised."""
+    ordered = np.sort(values, axis=-1)  # NaN sorts last
+    count = (~np.isnan(values)).sum(axis=-1)
+    out = []
+    for q in qs:  # a fixed handful of quantile levels
+        pos = q * np.maximum(count - 1, 0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
+        a = np.take_along_axis(ordered, lo[..., None], axis=-1)[..., 0]
+        b = np.take_along_axis(ordered, hi[..., None], axis=-1)[..., 0]
+        out.append(np.where(count > 0, a + (pos - lo) * (b - a), np.nan))
+    return np.stack(out)
 
 
 def _num(values: Any) -> pa.Array:
