@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim
-from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, evidence_select
+from dcaudit.audits.claims import Claim, quote_identifier
+from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, _bin_sql, evidence_select
 from dcaudit.errors import InputError, SpecError
 
 STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
@@ -58,42 +58,109 @@ def _lit(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def audit_fibers(
-    con: duckdb.DuckDBPyConnection,
-    relation: str,
-    *,
-    id_column: str,
-    evidence: EvidenceMap,
-    claim: Claim,
-    min_support: int = 1,
-    labels: AuditLabels,
-    with_candidates: bool = True,
-) -> FiberAudit:
-    """Run the audit on ``relation`` (a table or view in ``con``); all grouping happens in DuckDB."""
-    if min_support < 1:
-        raise SpecError(f"min_support must be >= 1, got {min_support}")
-    if evidence.rule.is_window:
-        raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
-    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available)
-    tag = next(_counter)
-    ev_t, grp_t, fib_t = f"_ev_{tag}", f"_grp_{tag}", f"_fib_{tag}"
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "BOOLEAN")
+_PACK_LIMIT = 2**62
+
+
+def _head(labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> str:
+    return (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, "
+            f"{_lit(claim.text)} AS claim, {_lit(evidence.label)} AS evidence, "
+            f"{_lit(str(evidence.rule))} AS fiber_rule, {_lit(labels.model)} AS model")
+
+
+def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evidence: EvidenceMap,
+                relation: str) -> list[tuple[int, int]] | None:
+    """(min, max) of every fiber-key part when all are small integers, else None (no packing).
+
+    Known without a scan for booleans and quantile bins (0 .. number of cuts); otherwise from min/max
+    of the source columns, which DuckDB answers from Parquet statistics (width bins are monotone in
+    their column, so the bins of min and max bound them).
+    """
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
+    if not all(str(types[k]).upper() in _INTEGER_TYPES for k in ev.key_columns):
+        return None
+    ranges: list[tuple[int, int] | None] = []
+    for col, k in zip(evidence.columns, ev.key_columns, strict=True):
+        if evidence.rule.kind == "quantile":
+            ranges.append((0, len(ev.cuts.get(col, []))))
+        elif str(types[k]).upper() == "BOOLEAN":
+            ranges.append((0, 1))
+        else:
+            ranges.append(None)
+    todo = [i for i, r in enumerate(ranges) if r is None]
+    if todo:
+        parts = []
+        for i in todo:
+            col = quote_identifier(evidence.columns[i])
+            parts.append(f"min({col}), max({col})")
+        row = con.execute(f"SELECT {', '.join(parts)} FROM {relation}").fetchall()[0]
+        for j, i in enumerate(todo):
+            lo, hi = row[2 * j], row[2 * j + 1]
+            if lo is None:  # all missing: the key part is always NULL
+                ranges[i] = (0, 0)
+                continue
+            if evidence.rule.kind == "width":
+                lo, hi = (con.execute(f"SELECT {_bin_sql('v', evidence.rule, None)} FROM (SELECT {v!r} AS v)")
+                          .fetchall()[0][0] for v in (float(lo), float(hi)))
+            ranges[i] = (int(lo), int(hi))
+    size = 2  # the audited flag
+    for lo, hi in ranges:  # type: ignore[misc]
+        size *= hi - lo + 2  # + 1 for NULL
+        if size >= _PACK_LIMIT:
+            return None
+    return ranges  # type: ignore[return-value]
+
+
+def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: EvidenceSQL,
+                   evidence: EvidenceMap, relation: str) -> None:
+    """One grouping scan of the evidence view into ``grp_t`` (key parts, audited, n, n_true, lo, hi).
+
+    When every key part is a small integer, the parts are packed into one BIGINT (mixed radix, 0 for
+    NULL) and grouped on that: hashing one integer instead of several columns is ~35 % faster on
+    8 binary columns; the parts are unpacked from the few grouped rows afterwards.
+    """
     keys = ", ".join(ev.key_columns)
-    # The evidence stays a view: one scan groups it (excluded rows in their own groups), and the
-    # per-candidate columns (id as text) are only computed when the candidates table is asked for.
-    con.execute(f"CREATE TEMP VIEW {ev_t} AS {ev.sql}")
-    try:
+    # x0 (the observed range of a bin) is NULL under exact fibers: aggregating it would cost ~20 %.
+    lohi = ("NULL::DOUBLE AS lo, NULL::DOUBLE AS hi" if evidence.rule.kind == "exact"
+            else "min(x0) AS lo, max(x0) AS hi")
+    ranges = _key_ranges(con, ev_t, ev, evidence, relation)
+    if ranges is None:
         con.execute(
             f"""CREATE TEMP TABLE {grp_t} AS
-            SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true,
-                   min(x0) AS lo, max(x0) AS hi
+            SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true, {lohi}
             FROM {ev_t} GROUP BY ALL"""
         )
-    except duckdb.Error as exc:
-        con.execute(f"DROP VIEW IF EXISTS {ev_t}")
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
-                         file=relation) from exc
-    key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in ev.key_columns)
+        return
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
+    radix, terms, unpack = 1, [], []
+    for k, (lo, hi) in zip(ev.key_columns, ranges, strict=True):
+        code = f"coalesce(CAST({k} AS BIGINT) - ({lo}) + 1, 0)"
+        terms.append(f"{code} * {radix}" if radix > 1 else code)
+        digit = f"((pk // {radix}) % {hi - lo + 2})"
+        unpack.append(f"CAST(CASE WHEN {digit} = 0 THEN NULL ELSE {digit} - 1 + ({lo}) END AS {types[k]}) AS {k}")
+        radix *= hi - lo + 2
+    terms.append(f"CAST(reason IS NULL AS BIGINT) * {radix}")
+    con.execute(
+        f"""CREATE TEMP TABLE {grp_t} AS
+        SELECT {', '.join(unpack)}, pk // {radix} = 1 AS audited, n, n_true, lo, hi FROM (
+            SELECT {' + '.join(terms)} AS pk, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true, {lohi}
+            FROM {ev_t} GROUP BY pk)"""
+    )
+
+
+def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: tuple[str, ...], *,
+                     evidence: EvidenceMap, claim: Claim, min_support: int, labels: AuditLabels,
+                     fibers_table: str) -> tuple[pa.Table, pa.Table]:
+    """Summary and fibers tables from grouped evidence (key parts, audited, n, n_true, lo, hi).
+
+    ``groups`` may come from DuckDB (:func:`group_evidence`) or from another engine (the Spark
+    engine groups on a cluster and hands the few grouped rows over as Arrow); ``fibers_table`` is
+    created as a temp table (fiber_key and status per key), left for the caller to join and drop.
+    """
+    keys = ", ".join(key_columns)
+    key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in key_columns)
+    fib_t = fibers_table
+    grp_t = groups
     con.execute(
         f"""CREATE TEMP TABLE {fib_t} AS
         SELECT {keys}, n, n_true, lo, hi,
@@ -101,9 +168,7 @@ def audit_fibers(
                {status_sql('n', 'n_true', min_support)} AS status
         FROM {grp_t} WHERE audited"""
     )
-    head = (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, "
-            f"{_lit(claim.text)} AS claim, {_lit(evidence.label)} AS evidence, "
-            f"{_lit(str(evidence.rule))} AS fiber_rule, {_lit(labels.model)} AS model")
+    head = _head(labels, claim, evidence)
     summary = con.sql(
         f"""WITH f AS (SELECT * FROM {fib_t}),
         ex AS (SELECT coalesce(sum(n), 0) AS n_excluded FROM {grp_t} WHERE NOT audited),
@@ -142,8 +207,43 @@ def audit_fibers(
                    CAST(n AS BIGINT) AS n, n_true, status
             FROM {fib_t} ORDER BY fiber_key"""
     ).to_arrow_table()
+    return summary, fibers
+
+
+def audit_fibers(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    min_support: int = 1,
+    labels: AuditLabels,
+    with_candidates: bool = True,
+) -> FiberAudit:
+    """Run the audit on ``relation`` (a table or view in ``con``); all grouping happens in DuckDB."""
+    if min_support < 1:
+        raise SpecError(f"min_support must be >= 1, got {min_support}")
+    if evidence.rule.is_window:
+        raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
+    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available)
+    tag = next(_counter)
+    ev_t, grp_t, fib_t = f"_ev_{tag}", f"_grp_{tag}", f"_fib_{tag}"
+    # The evidence stays a view: one scan groups it (excluded rows in their own groups), and the
+    # per-candidate columns (id as text) are only computed when the candidates table is asked for.
+    con.execute(f"CREATE TEMP VIEW {ev_t} AS {ev.sql}")
+    try:
+        group_evidence(con, ev_t, grp_t, ev, evidence, relation)
+    except duckdb.Error as exc:
+        con.execute(f"DROP VIEW IF EXISTS {ev_t}")
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
+                         file=relation) from exc
+    summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
+                                       min_support=min_support, labels=labels, fibers_table=fib_t)
     candidates = None
     if with_candidates:
+        head = _head(labels, claim, evidence)
         on = " AND ".join(f"e.{k} IS NOT DISTINCT FROM f.{k}" for k in ev.key_columns)
         candidates = con.sql(
             f"""SELECT {head}, e.candidate_id, f.fiber_key, e.y AS claim_value,
