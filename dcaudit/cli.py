@@ -70,27 +70,129 @@ def _print_table(table: pa.Table, as_json: bool) -> None:
     Console().print(out)
 
 
-@cli.command()
-@click.argument("spec", metavar="SPEC")
-@click.option("--quiet", is_flag=True, help="Print only the run id.")
-@click.pass_obj
-def run(settings: Settings, spec: str, quiet: bool) -> None:
-    """Run a pipeline SPEC: a built-in name (tox21, …) or a path to a .toml spec.
+EXIT_CODES = """\b
+Exit status (for schedulers):
+  0   every run succeeded (or reused an unchanged earlier result)
+  1   an audit failed while running (the catalog records it as failed)
+  2   bad input: an unknown or invalid spec, a tampered or missing source file
+  75  locked: another run of the spec (or another batch) is in progress; retry later
+With several specs the most serious status wins (1, then 2, then 75).
+"""
 
-    The evidence package lands in $DCAUDIT_HOME/runs/<run_id>/ and the run is recorded in the catalog.
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("spec", metavar="SPEC...", nargs=-1)
+@click.option("--all", "run_all", is_flag=True, help="Run every built-in spec (dcaudit specs lists them).")
+@click.option("--force", is_flag=True, help="Recompute even when spec, inputs and code are unchanged.")
+@click.option("--quiet", is_flag=True, help="Print only the run id(s); no progress.")
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
+              "(one object; a list with --all or several specs).")
+@click.pass_obj
+def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool) -> None:
+    """Run pipeline SPECs: built-in names (tox21, …) or paths to .toml specs.
+
+    The evidence package (Parquet tables, manifest.json, report.html) lands in
+    $DCAUDIT_HOME/runs/<run_id>/ and the run is recorded in the catalog. An unchanged rerun (same spec,
+    input sha256s, dcaudit version and code) reuses the earlier results and says so; --force recomputes.
+    With --all or several specs each one runs in turn, a failing one does not stop the others, and a
+    batch lock keeps two scheduled batches from overlapping.
     """
-    from dcaudit.pipelines.runner import log_notes, run_spec
-    from dcaudit.reports.console import print_summary
+    from dcaudit.spec import builtin_specs
+
+    names = list(spec) + ([s for s in builtin_specs() if s not in spec] if run_all else [])
+    if not names:
+        raise click.UsageError("give a SPEC (dcaudit specs lists the built-in ones) or --all")
+    batch = run_all or len(names) > 1
+    if not batch:
+        outcome = _run_one(settings, names[0], force=force, quiet=quiet or as_json)
+        _show_outcome(outcome, quiet=quiet, as_json=as_json)
+        sys.exit(outcome["exit_code"])
+    from dcaudit.catalog import file_lock
+
+    with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
+        outcomes = []
+        for name in names:
+            outcome = _run_one(settings, name, force=force, quiet=quiet or as_json)
+            if not as_json:
+                _show_outcome(outcome, quiet=quiet, as_json=False)
+            outcomes.append(outcome)
+    code = _batch_exit_code([o["exit_code"] for o in outcomes])
+    if as_json:
+        click.echo(json.dumps(outcomes, default=str, indent=1))
+    elif not quiet:
+        recap = pa.Table.from_pylist([{k: o[k] for k in ("spec", "status", "run_id", "seconds", "error")}
+                                      for o in outcomes])
+        _print_table(recap, as_json=False)
+        click.echo(f"{sum(o['exit_code'] == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok; exit status {code}")
+    sys.exit(code)
+
+
+def _rows(table: pa.Table | None) -> list[dict]:
+    if table is None:
+        return []
+    return table.drop([c for c in ("run_id",) if c in table.column_names]).to_pylist()
+
+
+def _batch_exit_code(codes: list[int]) -> int:
+    for code in (1, 2, 75):
+        if code in codes:
+            return code
+    return 0
+
+
+def _run_one(settings: Settings, name: str, *, force: bool, quiet: bool) -> dict:
+    """Run one spec; never raises: the outcome says what happened and which exit code it maps to."""
+    import traceback
+
+    from dcaudit.errors import RunLockedError
+    from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import load_spec
 
-    result = run_spec(load_spec(spec), settings)
-    if quiet:
-        click.echo(result.run_id)
+    outcome: dict = {"spec": name, "status": "failed", "exit_code": 1, "run_id": None, "package_dir": None,
+                     "reused_from": None, "seconds": None, "error": None, "summary": [], "notes": []}
+    try:
+        result = run_spec(load_spec(name), settings, reuse=not force, quiet=quiet)
+    except RunLockedError as exc:
+        outcome.update(status="locked", exit_code=exc.exit_code, error=str(exc))
+    except DcauditError as exc:
+        outcome.update(status="invalid", exit_code=exc.exit_code, error=str(exc))
+    except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog
+        outcome.update(error=f"{type(exc).__name__}: {exc}")
+        traceback.print_exc(file=sys.stderr)
+    else:
+        summary = result.tables.get("summary")
+        outcome.update(status="reused" if result.reused_from else "succeeded", exit_code=0, run_id=result.run_id,
+                       package_dir=str(result.run_dir), reused_from=result.reused_from,
+                       seconds=round(result.seconds, 3), notes=list(result.notes),
+                       summary=_rows(summary))
+        outcome["_result"] = result
+    return outcome
+
+
+def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
+    result = outcome.pop("_result", None)
+    if as_json:
+        click.echo(json.dumps(outcome, default=str, indent=1))
         return
-    print_summary(result.tables["summary"], f"{spec}: {result.run_id}")
-    log_notes(result)
-    click.echo(f"run {result.run_id} succeeded in {result.seconds:.1f}s -> {result.run_dir}")
-    click.echo(f"query it: dcaudit query \"select * from summary where run_id = '{result.run_id}'\"")
+    if outcome["exit_code"] != 0:
+        click.secho(f"error: {outcome['spec']}: {outcome['error']}", fg="red", err=True)
+        return
+    if quiet:
+        click.echo(outcome["run_id"])
+        return
+    from dcaudit.pipelines.runner import log_notes
+    from dcaudit.reports.console import print_summary
+
+    if result is not None and "summary" in result.tables:
+        print_summary(result.tables["summary"], f"{outcome['spec']}: {outcome['run_id']}")
+        log_notes(result)
+    if outcome["reused_from"]:
+        click.echo(f"run {outcome['run_id']}: unchanged, reused run {outcome['reused_from']} -> "
+                   f"{outcome['package_dir']}")
+    else:
+        click.echo(f"run {outcome['run_id']} succeeded in {outcome['seconds']:.1f}s -> {outcome['package_dir']}")
+        click.echo(f"report: {outcome['package_dir']}/report.html")
+        click.echo(f"query it: dcaudit query \"select * from summary where run_id = '{outcome['run_id']}'\"")
 
 
 @cli.command()
@@ -106,9 +208,10 @@ def run(settings: Settings, spec: str, quiet: bool) -> None:
 @click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
 @click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows.")
 @click.pass_obj
 def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
-          missing: str, min_support: int, out: Path | None, force: bool, quiet: bool) -> None:
+          missing: str, min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
     """Audit any table FILE (CSV, CSV.gz or Parquet): does EVIDENCE decide CLAIM?
 
     \b
@@ -120,7 +223,13 @@ def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: 
     from dcaudit.pipelines.runner import log_notes
     from dcaudit.reports.console import print_summary
 
-    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force)
+    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
+                        quiet=quiet or as_json)
+    if as_json:
+        click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded", "package_dir": str(result.run_dir),
+                               "summary": _rows(result.tables["summary"])},
+                              default=str, indent=1))
+        return
     if quiet:
         click.echo(str(result.run_dir))
         return
@@ -131,7 +240,7 @@ def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: 
 
 def _adhoc_run(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None,
                fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-               extra_sections: dict | None = None):  # noqa: ANN202 - RunResult
+               extra_sections: dict | None = None, quiet: bool = False):  # noqa: ANN202 - RunResult
     from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import spec_from_dict
 
@@ -146,7 +255,7 @@ def _adhoc_run(settings: Settings, file: Path, evidence: str, claim: str, id_col
     if out is not None and out.exists() and any(out.iterdir()) and not force:
         raise DcauditError(f"{out} exists and is not empty; pass --force to replace it "
                            "(the old package is kept until the new one is complete)")
-    return run_spec(spec, settings, out_dir=out, replace_existing=force)
+    return run_spec(spec, settings, out_dir=out, replace_existing=force, quiet=quiet)
 
 
 def _adhoc_name(file: Path) -> str:
@@ -159,24 +268,86 @@ def _adhoc_name(file: Path) -> str:
 
 @cli.command()
 @click.option("--limit", default=20, show_default=True, help="How many recent runs to list.")
+@click.option("--diff", "diff_spec", metavar="SPEC", help="Compare the latest two succeeded runs of SPEC: what "
+              "moved in the certified and ambiguous fractions, and whether data or code changed.")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+@click.option("--quiet", is_flag=True, help="Only the run ids, one per line.")
 @click.pass_obj
-def runs(settings: Settings, limit: int, as_json: bool) -> None:
-    """List recent runs (id, spec, status, time) from the catalog."""
+def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, quiet: bool) -> None:
+    """List recent runs (id, spec, status, time) from the catalog, or --diff the latest two of a spec.
+
+    Status: running, succeeded, failed (with the error; killed runs are marked failed by the next run
+    of their spec) or reused (an unchanged rerun; reused_from names the run whose package it shares).
+    """
     from dcaudit.catalog import Catalog
 
-    _print_table(Catalog(settings).runs(limit), as_json)
+    catalog = Catalog(settings)
+    if diff_spec is None:
+        table = catalog.runs(limit)
+        if quiet:
+            click.echo("\n".join(table.column("run_id").to_pylist()))
+            return
+        _print_table(table, as_json)
+        return
+    diff = catalog.diff(diff_spec)
+    if as_json:
+        click.echo(json.dumps(diff.as_dict(), default=str, indent=1))
+        return
+    data = f"changed ({', '.join(diff.inputs_changed)})" if diff.inputs_changed else "unchanged (same input sha256s)"
+    code = f"changed ({', '.join(diff.code_changed)})" if diff.code_changed else "unchanged"
+    click.echo(f"{diff_spec}: {diff.before.run_id} -> {diff.after.run_id}\n  data: {data}\n  code/spec: {code}")
+    if quiet:
+        return
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("d", diff.audits)
+    keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in diff.audits.column_names]
+    shown = con.sql(f"SELECT {', '.join(keys)}, round(100 * certified_before, 3) AS \"certified % before\", "
+                    "round(100 * certified_after, 3) AS \"after\", round(100 * certified_change, 3) AS \"Δ pp\", "
+                    "round(100 * ambiguous_before, 3) AS \"ambiguous % before\", round(100 * ambiguous_after, 3) "
+                    "AS \"after \", round(100 * ambiguous_change, 3) AS \"Δ pp \", n_before, n_after FROM d"
+                    ).to_arrow_table()
+    _print_table(shown, as_json=False)
+    moved = con.sql("SELECT count(*) FROM d WHERE coalesce(abs(certified_change), 1) > 1e-12 OR "
+                    "coalesce(abs(ambiguous_change), 1) > 1e-12").fetchall()[0][0]
+    click.echo(f"{moved} of {diff.audits.num_rows} audit row(s) moved")
 
 
 @cli.command()
 @click.argument("sql")
 @click.option("--json", "as_json", is_flag=True, help="JSON rows instead of a table.")
+@click.option("--quiet", is_flag=True, help="Tab-separated rows without a header (for shell scripts).")
 @click.pass_obj
-def query(settings: Settings, sql: str, as_json: bool) -> None:
+def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
     """Run SQL against the catalog (views: runs, summary, fibers, candidates, replay, completion, …)."""
     from dcaudit.catalog import Catalog
 
-    _print_table(Catalog(settings).query(sql), as_json)
+    table = Catalog(settings).query(sql)
+    if quiet:
+        for row in table.to_pylist():
+            click.echo("\t".join("" if v is None else str(v) for v in row.values()))
+        return
+    _print_table(table, as_json)
+
+
+@cli.command()
+@click.argument("run", metavar="RUN")
+@click.option("--out", type=click.Path(path_type=Path), help="Write the HTML here instead of <package>/report.html.")
+@click.pass_obj
+def report(settings: Settings, run: str, out: Path | None) -> None:
+    """Re-render report.html for RUN (a run id, a spec name for its latest run, or a package directory).
+
+    The report is self-contained (inline SVG, no scripts or external URLs) and opens offline. A damaged
+    package file is named (its sha256 differs from the one manifest.json recorded) and the exit status is 2.
+    Prints the path of the report.
+    """
+    from dcaudit.catalog import Catalog
+    from dcaudit.reports.html import write_report
+
+    path = Path(run)
+    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
+    click.echo(str(write_report(run_dir, out)))
 
 
 @cli.command("specs")

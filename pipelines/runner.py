@@ -2,7 +2,11 @@
 
 Every run is recorded in the catalog (``running`` first, then ``succeeded`` or ``failed``), holds a
 per-spec lock so two scheduled runs of one spec never write at once, and writes its package
-atomically, so a failed or interrupted run leaves earlier packages intact.
+atomically (report.html included), so a failed or interrupted run leaves earlier packages intact.
+
+With ``reuse=True`` (``dcaudit run`` without ``--force``) an unchanged rerun — same spec, same input
+sha256s, same package version and source code (:func:`code_hash`) — records a ``reused`` row pointing
+at the earlier package instead of recomputing it.
 
 Stages: the fiber audit always runs; a spec's optional sections (``[replay]``, ``[completion]``,
 ``[sensitivity]``, ``[choice]``) each name a stage in ``SECTION_STAGES``, imported lazily.
@@ -11,11 +15,16 @@ A stage is ``fn(ctx: StageContext) -> dict[table name, list of Arrow tables]``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import importlib
+import json
 import secrets
+import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +32,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 import dcaudit
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
@@ -34,7 +44,7 @@ from dcaudit.connectors.table import ROW_ID, input_hash, register_file
 from dcaudit.engine import connect
 from dcaudit.errors import RunLockedError
 from dcaudit.reports.console import console
-from dcaudit.reports.package import concat, write_package
+from dcaudit.reports.package import concat, verify_package, write_package
 from dcaudit.spec import PipelineSpec
 
 SECTION_STAGES: dict[str, str] = {
@@ -43,6 +53,7 @@ SECTION_STAGES: dict[str, str] = {
     "replay": "dcaudit.audits.replay:replay_stage",
     "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
     "matbench": "dcaudit.pipelines.matbench:matbench_stage",
+    "choice": "dcaudit.audits.choice:choice_stage",
 }
 
 
@@ -72,6 +83,7 @@ class RunResult:
     tables: dict[str, pa.Table]
     seconds: float
     notes: tuple[str, ...] = ()
+    reused_from: str | None = None   # set when an unchanged rerun reused this earlier run's package
 
 
 def new_run_id(name: str) -> str:
@@ -87,6 +99,58 @@ def git_sha() -> str | None:
         return None
 
 
+@functools.cache
+def code_hash() -> str:
+    """sha256 over the installed package's source files (.py, .toml): the code part of the cache key.
+
+    A git sha misses uncommitted edits and changes on commits that touch only documentation; the
+    content of the code itself does neither."""
+    import dcaudit.audits
+    import dcaudit.connectors
+    import dcaudit.pipelines
+    import dcaudit.reports
+
+    h = hashlib.sha256()
+    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.pipelines, dcaudit.reports):
+        root = Path(module.__file__).parent
+        for path in sorted(p for p in root.iterdir() if p.suffix in {".py", ".toml"}):
+            h.update(f"{module.__name__}/{path.name}\0".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(spec_hash: str, inputs: Mapping[str, str], version: str, code: str) -> str:
+    payload = {"spec": spec_hash, "inputs": dict(sorted(inputs.items())), "version": version, "code": code}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def stage_progress(name: str, timings: dict[str, float], *, quiet: bool = False) -> Iterator[None]:
+    """A spinner while a stage runs (terminals only) and one line with its time when it ends."""
+    started = time.monotonic()
+    status = console.status(f"stage {name} …") if not quiet and console.is_terminal else contextlib.nullcontext()
+    with status:
+        yield
+    timings[name] = round(time.monotonic() - started, 3)
+    if not quiet:
+        console.print(f"[dim]  stage {name:<12s} {timings[name]:8.2f} s[/dim]")
+
+
+def _write_report(partial: Path) -> None:
+    """report.html inside the package before it appears; a report bug never costs a run its results."""
+    try:
+        from dcaudit.reports.html import write_report
+
+        write_report(partial)
+    except Exception as exc:  # noqa: BLE001 - reported, and `dcaudit report RUN_ID` can re-render it
+        console.print(f"[yellow]report.html was not written ({type(exc).__name__}: {exc}); "
+                      "`dcaudit report RUN_ID` retries[/yellow]")
+
+
+def _load_tables(run_dir: Path) -> dict[str, pa.Table]:
+    return {p.stem: pq.read_table(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
+
+
 def execute_run(
     settings: Settings,
     *,
@@ -97,8 +161,13 @@ def execute_run(
     compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]],
     out_dir: Path | None = None,
     replace_existing: bool = False,
+    reuse: bool = False,
+    quiet: bool = False,
 ) -> RunResult:
-    """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields)."""
+    """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields).
+
+    ``reuse``: when a succeeded run with the same cache key has an intact package, record a ``reused``
+    run pointing at it and return its tables instead of computing (never for ``out_dir`` packages)."""
     catalog = Catalog(settings)
     run_id = new_run_id(name)
     run_dir = Path(out_dir) if out_dir else settings.runs_dir / run_id
@@ -107,18 +176,38 @@ def execute_run(
         with file_lock(lock, wait=0.0, what=f"spec {name!r}"):
             started = time.monotonic()
             stale = catalog.mark_stale_runs_failed(name)
-            if stale:
-                console.print(f"[yellow]{stale} earlier run(s) of {name!r} were interrupted; marked failed[/yellow]")
-            sha = git_sha()
+            for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
+                shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
+            if stale and not quiet:
+                console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; "
+                              "marked failed[/yellow]")
+            sha, code = git_sha(), code_hash()
+            key = cache_key(spec_hash, inputs, dcaudit.__version__, code)
+            earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
+            if earlier is not None:
+                damaged = verify_package(earlier.run_dir)
+                if not damaged:
+                    seconds = time.monotonic() - started
+                    catalog.record_reuse(run_id, spec=name, earlier=earlier, cache_key=key, seconds=seconds)
+                    note = (f"{name}: unchanged since run {earlier.run_id} (same spec, inputs and code); "
+                            "reused its results (--force recomputes)")
+                    return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, (note,),
+                                     reused_from=earlier.run_id)
+                if not quiet:
+                    console.print(f"[yellow]run {earlier.run_id} matches but its package is damaged "
+                                  f"({damaged[0]}); recomputing[/yellow]")
             catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
-                              package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir)
+                              package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir,
+                              cache_key=key, code_hash=code)
             try:
                 tables, extra = compute()
                 manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
                             "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
+                            "code_hash": code, "cache_key": key,
                             "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
                 manifest["seconds"] = round(time.monotonic() - started, 3)
-                write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing)
+                write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
+                              finalize=_write_report)
             except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
                 catalog.finish_run(run_id, status="failed", seconds=time.monotonic() - started,
                                    error=f"{type(exc).__name__}: {exc}")
@@ -140,9 +229,12 @@ def prepare_source(spec: PipelineSpec, settings: Settings) -> PreparedSource | P
 
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
-             replace_existing: bool = False, with_candidates: bool = True) -> RunResult:
+             replace_existing: bool = False, with_candidates: bool = True, reuse: bool = False,
+             quiet: bool = False) -> RunResult:
     """Run every audit and section of ``spec``; the package lands in ``runs/<run_id>`` or ``out_dir``."""
-    prepared = prepare_source(spec, settings)
+    timings: dict[str, float] = {}
+    with stage_progress("source", timings, quiet=quiet):
+        prepared = prepare_source(spec, settings)
     if isinstance(prepared, Path):
         source_name, inputs = prepared.name, input_hash(prepared)
     else:
@@ -150,28 +242,26 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
 
     def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
         con = connect(settings)
-        timings: dict[str, float] = {}
         try:
             ctx = _context(spec, settings, con, prepared, source_name)
-            t = time.monotonic()
-            collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
-            timings["fibers"] = round(time.monotonic() - t, 3)
+            with stage_progress("fibers", timings, quiet=quiet):
+                collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
             for section in spec.sections:
                 if section not in SECTION_STAGES:
                     ctx.notes.append(f"section [{section}] has no stage in this version; skipped")
                     continue
                 module, fn = SECTION_STAGES[section].split(":")
-                t = time.monotonic()
-                for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
-                    collected.setdefault(table, []).extend(parts)
-                timings[section] = round(time.monotonic() - t, 3)
+                with stage_progress(section, timings, quiet=quiet):
+                    for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
+                        collected.setdefault(table, []).extend(parts)
             tables = {name: concat(parts) for name, parts in collected.items() if parts}
             return tables, {"timings": timings, "notes": ctx.notes, "source": source_name}
         finally:
             con.close()
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
-                       inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing)
+                       inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
+                       reuse=reuse, quiet=quiet)
 
 
 def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnection,

@@ -7,10 +7,11 @@ never touches a package that was already there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,11 +46,13 @@ def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, str] 
 
 
 def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], manifest: Mapping[str, object],
-                  *, replace_existing: bool = False) -> Path:
+                  *, replace_existing: bool = False, finalize: Callable[[Path], None] | None = None) -> Path:
     """Write ``tables`` (name -> Arrow table) and ``manifest.json`` to ``target`` atomically.
 
     An existing ``target`` is kept unless ``replace_existing``; then it is swapped out only after the
-    new package is complete.
+    new package is complete. The manifest records each file's sha256 (``files``) so a damaged package
+    file is named later (:func:`verify_package`). ``finalize(partial_dir)`` adds derived files (the HTML
+    report) before the package appears, so it appears complete or not at all.
     """
     unknown = set(tables) - set(PACKAGE_TABLES)
     if unknown:
@@ -68,8 +71,11 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
             table = with_run_id(table, run_id)
             pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
             counts[name] = table.num_rows
-        full_manifest = {**manifest, "run_id": run_id, "row_counts": counts}
+        files = {f"{name}.parquet": sha256_of(partial / f"{name}.parquet") for name in tables}
+        full_manifest = {**manifest, "run_id": run_id, "row_counts": counts, "files": files}
         (partial / "manifest.json").write_text(json.dumps(full_manifest, indent=2, default=str) + "\n")
+        if finalize is not None:
+            finalize(partial)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -84,5 +90,44 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     return target
 
 
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def read_manifest(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "manifest.json").read_text())
+
+
+def verify_package(run_dir: Path) -> list[str]:
+    """Problems with a package on disk, one line per bad file (empty when it is intact).
+
+    A file is bad when it is missing, differs from the sha256 the manifest recorded, or (for packages
+    written before hashes were recorded) does not read as Parquet.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return [f"{run_dir}: the package directory is missing"]
+    try:
+        manifest = read_manifest(run_dir)
+    except (OSError, ValueError) as exc:
+        return [f"{run_dir / 'manifest.json'}: unreadable ({type(exc).__name__}: {exc})"]
+    problems = []
+    recorded: dict[str, str] = manifest.get("files") or {}
+    for name, digest in sorted(recorded.items()):
+        path = run_dir / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif sha256_of(path) != digest:
+            problems.append(f"{path}: sha256 differs from the one recorded in manifest.json (damaged or modified)")
+    for path in sorted(run_dir.glob("*.parquet")):
+        if path.name in recorded:
+            continue
+        try:
+            pq.read_metadata(path)
+        except Exception as exc:  # any reader error means the file cannot be trusted
+            problems.append(f"{path}: not readable as Parquet ({exc})")
+    return problems

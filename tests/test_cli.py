@@ -40,7 +40,7 @@ def test_audit_writes_the_package_to_out(env: dict[str, str], bench_csv: Path, t
                     "--claim", "active = 1", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert {p.name for p in out.iterdir()} == {"summary.parquet", "fibers.parquet", "candidates.parquet",
-                                               "manifest.json"}
+                                               "manifest.json", "report.html"}
     s = pq.read_table(out / "summary.parquet").to_pylist()[0]
     assert (s["n_candidates"], s["n_excluded"], s["certified_false"], s["certified_true"], s["ambiguous"]) == \
         (7, 1, 3, 2, 2)

@@ -1,0 +1,459 @@
+"""The human view of an evidence package: one self-contained ``report.html`` (inline CSS and SVG).
+
+It opens offline (no scripts, fonts or images from anywhere), and shows whatever tables the package
+has — summary, fibers, candidates, completion, replay, choice, metrics, sensitivity, and any other
+table as a plain preview — followed by provenance from ``manifest.json``. The Parquet files stay the
+results; numbers here are formatted from them by DuckDB queries over the package's Arrow tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dcaudit.errors import IntegrityError
+from dcaudit.reports import svg
+from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
+
+REPORT_NAME = "report.html"
+MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file has them all)
+MAX_BARS = 40          # bars in one chart
+MAX_CHARTS = 6         # charts of one kind (e.g. one completion chart per audit)
+STATUS_ORDER = ("certified_true", "certified_false", "ambiguous", "unsupported")
+REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;
+padding:0 1em;line-height:1.4}
+h1{font-size:1.5em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.8em}
+table{border-collapse:collapse;margin:.6em 0;font-size:12px}th,td{border:1px solid #ddd;padding:2px 6px}
+th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.note{color:#555;font-size:.9em}.figs{display:flex;flex-wrap:wrap;gap:12px}
+.kpi{display:inline-block;margin:0 1.5em .5em 0}.kpi b{font-size:1.6em;display:block}
+code,pre{background:#f6f6f6;font-size:12px}pre{padding:.6em;overflow:auto;max-height:420px}
+.st-ambiguous{color:#b36b00}.st-certified_true,.st-certified_false{color:#00734f}.st-unsupported{color:#666}
+"""
+
+
+class Package:
+    """A package directory read into Arrow tables, queried through an in-memory DuckDB connection."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        problems = verify_package(self.dir)
+        if problems:
+            raise IntegrityError("the evidence package is damaged:\n  " + "\n  ".join(problems)
+                                 + "\nre-run its spec to produce a fresh package")
+        self.manifest = read_manifest(self.dir)
+        self.tables: dict[str, pa.Table] = {p.stem: pq.read_table(p) for p in sorted(self.dir.glob("*.parquet"))}
+        self.con = duckdb.connect()
+        for name, table in self.tables.items():
+            self.con.register(name, table)
+
+    def has(self, name: str, *columns: str) -> bool:
+        t = self.tables.get(name)
+        return t is not None and t.num_rows > 0 and all(c in t.column_names for c in columns)
+
+    def cols(self, name: str) -> set[str]:
+        return set(self.tables[name].column_names) if name in self.tables else set()
+
+    def sql(self, query: str) -> pa.Table:
+        return self.con.sql(query).to_arrow_table()
+
+
+# ---------------------------------------------------------------- formatting helpers
+
+def _is_fraction(column: str) -> bool:
+    return (column.endswith(("fraction", "_rate", "_share", "_risk", "prevalence")) or "fraction_p" in column
+            or "_rate_p" in column or column in {"risk_bound", "risk_bound_max", "relative_cost_reduction"})
+
+
+def _cell(column: str, value: object) -> tuple[str, bool]:
+    """(text, numeric?) of one cell; fractions as percentages."""
+    if value is None:
+        return "", False
+    if isinstance(value, bool):
+        return str(value).lower(), False
+    if isinstance(value, float):
+        if _is_fraction(column):
+            return f"{100 * value:.3g}%", True
+        return f"{value:.4g}", True
+    if isinstance(value, int):
+        return str(value), True
+    if isinstance(value, list | tuple):
+        return escape(", ".join(str(v) for v in value)), False
+    text = str(value)
+    if column == "status":
+        return f'<span class="st-{escape(text)}">{escape(text)}</span>', False
+    return escape(text if len(text) <= 80 else text[:77] + "…"), False
+
+
+def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "") -> str:
+    shown = table.slice(0, max_rows)
+    head = "".join(f"<th>{escape(c)}</th>" for c in shown.column_names)
+    rows = []
+    for row in shown.to_pylist():
+        cells = []
+        for c, v in row.items():
+            text, numeric = _cell(c, v)
+            cells.append(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = ""
+    if table.num_rows > max_rows:
+        more = f'<p class="note">first {max_rows} of {table.num_rows} rows shown; the Parquet file has all.</p>'
+    cap = f"<caption>{escape(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def _present(pkg: Package, name: str, wanted: Iterable[str]) -> list[str]:
+    have = pkg.cols(name)
+    return [c for c in dict.fromkeys(wanted) if c in have]
+
+
+def _select(pkg: Package, name: str, wanted: Iterable[str], where: str = "TRUE", order: str = "") -> pa.Table:
+    cols = _present(pkg, name, wanted)
+    # drop columns that are entirely NULL (e.g. model in a single-model audit) to keep tables narrow
+    non_null = [c for c in cols if pkg.sql(f'SELECT count("{c}") FROM {name} WHERE {where}').column(0)[0].as_py()]
+    q = f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in non_null) or '*'} FROM {name} WHERE {where}"
+    return pkg.sql(q + (f" ORDER BY {order}" if order else ""))
+
+
+def _group_label(row: dict, keys: Sequence[str]) -> str:
+    return " · ".join(str(row[k]) for k in keys if row.get(k) is not None)
+
+
+def _label_expr(pkg: Package, name: str, keys: Sequence[str]) -> str:
+    present = _present(pkg, name, keys)
+    if not present:
+        return "'all'"
+    return "concat_ws(' · ', " + ", ".join(f'CAST("{k}" AS VARCHAR)' for k in present) + ")"
+
+
+# ---------------------------------------------------------------- sections
+
+def _section_summary(pkg: Package) -> str:
+    if not pkg.has("summary"):
+        return ""
+    label = _label_expr(pkg, "summary", ("audit_id", "model", "fiber_rule"))
+    parts = ["<h2 id='summary'>Summary</h2>"]
+    if {"certified_true", "certified_false", "ambiguous", "unsupported", "n_candidates"} <= pkg.cols("summary"):
+        rows = pkg.sql(f"SELECT {label} AS label, certified_true / n_candidates AS certified_true, "
+                       "certified_false / n_candidates AS certified_false, ambiguous / n_candidates AS ambiguous,"
+                       " unsupported / n_candidates AS unsupported FROM summary WHERE n_candidates > 0 "
+                       f"LIMIT {MAX_BARS}").to_pylist()
+        first = pkg.sql("SELECT * FROM summary LIMIT 1").to_pylist()[0]
+        parts.append(
+            '<div>'
+            f'<span class="kpi"><b>{first["n_candidates"]}</b>candidates (first audit)</span>'
+            f'<span class="kpi"><b>{100 * (first.get("certified_fraction") or 0):.3g}%</b>certified</span>'
+            f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
+            f'<span class="kpi"><b>{pkg.tables["summary"].num_rows}</b>audit rows</span></div>')
+        bars = [svg.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
+        parts.append(svg.stacked_bars(bars, title="Candidates by status, per audit"))
+    cols = ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support", "n_candidates", "n_excluded",
+            "n_fibers", "n_mixed_fibers", "certified_true", "certified_false", "ambiguous", "unsupported",
+            "certified_fraction", "ambiguous_fraction", "mixed_fiber_fraction", "prevalence",
+            "benchmark_only_risk")
+    parts.append(html_table(_select(pkg, "summary", cols)))
+    parts.append('<p class="note">certified: the fiber is pure and has at least min_support members; '
+                 "ambiguous: the fiber is mixed; unsupported: pure but smaller than min_support. "
+                 "benchmark_only_risk: false decisions when each candidate gets its fiber's majority action.</p>")
+    return "".join(parts)
+
+
+def _fiber_audits(pkg: Package) -> list[str | None]:
+    """One audit per distinct (claim, evidence, fiber rule): audits differing only in min_support have the
+    same fibers (only certified/unsupported labels differ, which the summary shows)."""
+    if "audit_id" not in pkg.cols("fibers"):
+        return [None]
+    keys = _present(pkg, "summary", ("claim", "evidence", "fiber_rule"))
+    if pkg.has("summary", "audit_id", "min_support") and keys:
+        q = (f"SELECT first(audit_id ORDER BY min_support, audit_id) FROM summary GROUP BY {', '.join(keys)} "
+             "ORDER BY 1")
+        chosen = pkg.sql(q).column(0).to_pylist()
+        present = set(pkg.sql("SELECT DISTINCT audit_id FROM fibers").column(0).to_pylist())
+        if set(chosen) & present:
+            return [a for a in chosen if a in present]
+    return pkg.sql("SELECT DISTINCT audit_id FROM fibers ORDER BY 1").column(0).to_pylist()
+
+
+def _section_fibers(pkg: Package) -> str:
+    if not pkg.has("fibers", "n"):
+        return ""
+    cols = pkg.cols("fibers")
+    mixed_first = "(status = 'ambiguous') DESC, " if "status" in cols else ""
+    wanted = _present(pkg, "fibers", ("audit_id", "model", "evidence_key", "n", "n_true", "status"))
+    if "evidence_key" not in wanted and "fiber_key" in cols:
+        wanted.insert(2, "fiber_key")
+    audits = _fiber_audits(pkg)
+    parts = ["<h2 id='fibers'>Fibers</h2>",
+             '<p class="note">Largest mixed fibers first: the evidence patterns that cannot decide the claim, '
+             "and where a new probe would pay off most. Bars: fiber size relative to the largest, split by "
+             "claim value for mixed fibers."
+             + (" Audits that differ only in min_support share their fibers; one of them is shown."
+                if audits != [None] and len(audits) < pkg.sql("SELECT count(DISTINCT audit_id) FROM fibers")
+                .column(0)[0].as_py() else "") + "</p>"]
+    charts = []
+    for audit in audits[:MAX_CHARTS]:
+        where = "TRUE" if audit is None else f"audit_id = '{audit.replace(chr(39), chr(39) * 2)}'"
+        rows = pkg.sql(f"SELECT {_label_expr(pkg, 'fibers', ('evidence_key', 'model'))} AS label, n, "
+                       f"{'n_true' if 'n_true' in cols else 'NULL'} AS n_true, "
+                       f"{'status' if 'status' in cols else 'NULL'} AS status FROM fibers WHERE {where} "
+                       f"ORDER BY {mixed_first}n DESC LIMIT 25").to_pylist()
+        total = max((r["n"] for r in rows), default=1) or 1
+        bars = []
+        for r in rows:
+            if r["n_true"] is not None and r["status"] == "ambiguous":
+                segs = (("claim true", r["n_true"] / total), ("claim false", (r["n"] - r["n_true"]) / total))
+                note = f"{r['n_true']}/{r['n']}"
+            else:
+                segs = ((r["status"] or "fiber", r["n"] / total),)
+                note = str(r["n"])
+            bars.append(svg.StackedBar(str(r["label"]), segs, note))
+        charts.append(svg.stacked_bars(
+            bars, title=f"Largest fibers{'' if audit is None else ' — ' + audit}",
+            colours={**svg.STATUS_COLOURS, "claim true": "#D55E00", "claim false": "#E69F00"}))
+    parts.append('<div class="figs">' + "".join(charts) + "</div>")
+    share = ", n_true / n AS share_true" if "n_true" in cols else ""
+    where = ("TRUE" if audits == [None] else
+             "audit_id IN (" + ", ".join("'" + a.replace("'", "''") + "'" for a in audits) + ")")
+    table = pkg.sql(f"SELECT {', '.join(chr(34) + c + chr(34) for c in wanted)}{share} FROM fibers "
+                    f"WHERE {where} ORDER BY {mixed_first}n DESC")
+    parts.append(html_table(table))
+    return "".join(parts)
+
+
+def _section_candidates(pkg: Package) -> str:
+    if not pkg.has("candidates", "status"):
+        return ""
+    keys = _present(pkg, "candidates", ("audit_id", "model"))
+    group = ", ".join(keys)
+    table = pkg.sql(f"PIVOT (SELECT {group + ', ' if group else ''}status FROM candidates) ON status "
+                    f"USING count(*) {'GROUP BY ' + group if group else ''} {'ORDER BY ' + group if group else ''}")
+    return ("<h2 id='candidates'>Candidates</h2>"
+            '<p class="note">Candidates per status (excluded: missing evidence or claim value, with the reason '
+            "in candidates.parquet). The list of ambiguous candidates: <code>select * from candidates where "
+            "status = 'ambiguous'</code>.</p>" + html_table(table))
+
+
+def _section_completion(pkg: Package) -> str:
+    if not pkg.has("completion", "policy", "step", "certified_fraction"):
+        return ""
+    cols = pkg.cols("completion")
+    mean_rows = "seed IS NULL" if "seed" in cols else "TRUE"
+    keys = _present(pkg, "completion", ("audit_id", "claim", "setting", "experiment"))
+    groups = pkg.sql(f"SELECT DISTINCT {_label_expr(pkg, 'completion', keys)} AS g FROM completion "
+                     f"WHERE {mean_rows} ORDER BY g").column(0).to_pylist()
+    parts = ["<h2 id='completion'>Completion curves</h2>",
+             '<p class="note">Certified fraction (held-out, mean over seeds; band p10–p90) as probes are added, '
+             "per probe-selection policy. Step 0 is the benchmark evidence alone.</p>"]
+    band = {"certified_fraction_p10", "certified_fraction_p90"} <= cols
+    for g in groups[:MAX_CHARTS]:
+        where = f"{mean_rows} AND {_label_expr(pkg, 'completion', keys)} = '{g.replace(chr(39), chr(39) * 2)}'"
+        rows = pkg.sql("SELECT policy, list(step ORDER BY step) AS x, list(certified_fraction ORDER BY step) AS y"
+                       + (", list(certified_fraction_p10 ORDER BY step) AS lo, "
+                          "list(certified_fraction_p90 ORDER BY step) AS hi" if band else "")
+                       + (", list(false_decision_rate ORDER BY step) AS f" if "false_decision_rate" in cols else "")
+                       + f" FROM completion WHERE {where} GROUP BY policy ORDER BY policy").to_pylist()
+        # one band (the recommended policy's) keeps the chart readable; the table has every p10/p90
+        shaded = "response_rank" if any(r["policy"] == "response_rank" for r in rows) else rows[0]["policy"]
+        figs = [svg.line_chart([svg.Series(r["policy"], tuple(r["x"]), tuple(r["y"]),
+                                           tuple(r["lo"]) if band and r["policy"] == shaded else None,
+                                           tuple(r["hi"]) if band and r["policy"] == shaded else None)
+                                for r in rows], title=f"Certified fraction — {g}", x_label="probes added",
+                               y_label="certified")]
+        if "false_decision_rate" in cols and any(v is not None for r in rows for v in r["f"]):
+            figs.append(svg.line_chart([svg.Series(r["policy"], tuple(r["x"]), tuple(r["f"])) for r in rows],
+                                       title=f"False-decision rate — {g}", x_label="probes added",
+                                       y_label="false decisions"))
+        parts.append('<div class="figs">' + "".join(figs) + "</div>")
+    wanted = ("audit_id", "setting", "policy", "step", "probe_added", "probe_added_share", "certified_fraction",
+              "certified_fraction_p10", "certified_fraction_p90", "false_decision_rate", "n_test")
+    parts.append(html_table(_select(pkg, "completion", (*keys, *wanted), mean_rows,
+                                    ", ".join([*keys, "policy", "step"]))))
+    return "".join(parts)
+
+
+def _section_replay(pkg: Package) -> str:
+    if not pkg.has("replay", "policy"):
+        return ""
+    cols = pkg.cols("replay")
+    summary_rows = "seed IS NULL" if "seed" in cols else "TRUE"
+    keys = _present(pkg, "replay", ("audit_id", "model", "certification"))
+    label = _label_expr(pkg, "replay", keys)
+    groups = pkg.sql(f"SELECT DISTINCT {label} AS g FROM replay WHERE {summary_rows} ORDER BY g"
+                     ).column(0).to_pylist()
+    order = ("list_position(" + str(list(REPLAY_POLICIES)) + ", policy)")
+    parts = ["<h2 id='replay'>Certify-then-acquire replay</h2>",
+             '<p class="note">Held-out replays: certify on the calibration split, act on the test split. '
+             "Dot = mean over seeds, whisker = p10–p90. certify_then_acquire measures every candidate it "
+             "cannot certify (acquired); break_even_price is the price per measurement, in false decisions, "
+             "below which that pays off.</p>"]
+    for metric, title in (("false_decision_rate", "False-decision rate"), ("certified_fraction", "Certified")):
+        if metric not in cols:
+            continue
+        lo, hi = f"{metric}_p10", f"{metric}_p90"
+        has_band = {lo, hi} <= cols
+        figs = []
+        for g in groups[:MAX_CHARTS]:
+            where = f"{summary_rows} AND {label} = '{g.replace(chr(39), chr(39) * 2)}'"
+            rows = pkg.sql(f"SELECT policy, {metric} AS v" + (f", {lo} AS lo, {hi} AS hi" if has_band else "")
+                           + f" FROM replay WHERE {where} ORDER BY {order}, policy").to_pylist()
+            figs.append(svg.interval_chart(
+                [svg.Interval(r["policy"], r["v"], r.get("lo"), r.get("hi")) for r in rows],
+                title=f"{title} — {g}", x_label=metric.replace("_", " ")))
+        parts.append('<div class="figs">' + "".join(figs) + "</div>")
+    wanted = ("audit_id", "model", "certification", "policy", "n_seeds", "certified_fraction", "false_decision_rate",
+              "false_decision_rate_p10", "false_decision_rate_p90", "false_rate_certified", "risk_bound",
+              "acquired_fraction", "break_even_price", "tolerance")
+    parts.append(html_table(_select(pkg, "replay", wanted, summary_rows, ", ".join([*keys, order]))))
+    return "".join(parts)
+
+
+def _section_sensitivity(pkg: Package) -> str:
+    if not pkg.has("sensitivity"):
+        return ""
+    cols = pkg.cols("sensitivity")
+    parts = ["<h2 id='sensitivity'>Resolution sensitivity</h2>",
+             '<p class="note">The same evidence read at several fiber rules: finer rules make smaller fibers, '
+             "which are purer but less supported.</p>"]
+    if {"certified_fraction", "ambiguous_fraction"} <= cols:
+        label = _label_expr(pkg, "sensitivity", ("audit_id", "model", "fiber_rule"))
+        unsup = "unsupported_fraction" if "unsupported_fraction" in cols else "0.0"
+        rows = pkg.sql(f"SELECT {label} AS label, certified_fraction AS c, ambiguous_fraction AS a, "
+                       f"{unsup} AS u FROM sensitivity LIMIT {MAX_BARS}").to_pylist()
+        parts.append(svg.stacked_bars([svg.StackedBar(r["label"], (("certified", r["c"] or 0.0),
+                                                                   ("ambiguous", r["a"] or 0.0),
+                                                                   ("unsupported", r["u"] or 0.0)))
+                                       for r in rows], title="Candidates by status, per fiber rule",
+                                      colours={**svg.STATUS_COLOURS, "certified": "#009E73"}))
+    parts.append(html_table(pkg.tables["sensitivity"].drop([c for c in ("run_id",) if c in cols])))
+    return "".join(parts)
+
+
+def _section_choice(pkg: Package) -> str:
+    if not pkg.has("choice"):
+        return ""
+    t = pkg.tables["choice"]
+    parts = ["<h2 id='choice'>Model choice</h2>",
+             '<p class="note">Rank by the benchmark metric versus rank by what each model certifies: when '
+             "they disagree, the leaderboard winner is not the deployment winner.</p>"]
+    if {"model", "certified_fraction"} <= set(t.column_names):
+        keys = _present(pkg, "choice", ("setting", "split", "experiment"))
+        label = _label_expr(pkg, "choice", ("model", *keys))
+        rows = pkg.sql(f"SELECT {label} AS label, avg(certified_fraction) AS v, min(certified_fraction) AS lo, "
+                       f"max(certified_fraction) AS hi FROM choice GROUP BY 1 ORDER BY 1 LIMIT {MAX_BARS}"
+                       ).to_pylist()
+        parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
+                                        title="Certified fraction per model (mean; whisker = range)",
+                                        x_label="certified fraction"))
+    parts.append(html_table(t.drop([c for c in ("run_id",) if c in t.column_names])))
+    return "".join(parts)
+
+
+def _section_metrics(pkg: Package) -> str:
+    if not pkg.has("metrics"):
+        return ""
+    t = pkg.tables["metrics"]
+    parts = ["<h2 id='metrics'>Metrics</h2>"]
+    if {"metric", "value"} <= set(t.column_names):
+        keys = _present(pkg, "metrics", ("experiment", "setting", "audit_id", "metric"))
+        lo = "ci_low" if "ci_low" in t.column_names else "NULL"
+        hi = "ci_high" if "ci_high" in t.column_names else "NULL"
+        rows = pkg.sql(f"SELECT {_label_expr(pkg, 'metrics', keys)} AS label, value AS v, {lo} AS lo, {hi} AS hi "
+                       "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
+                       f"LIMIT {MAX_BARS}").to_pylist()
+        if rows:
+            parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
+                                            title="Metrics in [0, 1] (whisker = confidence interval)",
+                                            x_label="value"))
+    parts.append(html_table(t.drop([c for c in ("run_id",) if c in t.column_names])))
+    return "".join(parts)
+
+
+def _section_other(pkg: Package) -> str:
+    extra = [n for n in pkg.tables if n not in PACKAGE_TABLES]
+    parts = []
+    for name in extra:
+        t = pkg.tables[name]
+        parts.append(f"<h2 id='{escape(name)}'>{escape(name)}</h2>"
+                     + html_table(t.drop([c for c in ("run_id",) if c in t.column_names]), max_rows=30))
+    return "".join(parts)
+
+
+def _kv(rows: Iterable[tuple[str, object]]) -> str:
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape('' if v is None else str(v))}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _section_provenance(pkg: Package) -> str:
+    m = pkg.manifest
+    parts = ["<h2 id='provenance'>Provenance</h2>",
+             _kv([("run id", m.get("run_id")), ("spec", m.get("spec")), ("spec sha256", m.get("spec_hash")),
+                  ("source", m.get("source")), ("started", m.get("started_at")), ("seconds", m.get("seconds")),
+                  ("dcaudit version", m.get("package_version")), ("git sha", m.get("git_sha")),
+                  ("code sha256", m.get("code_hash")), ("cache key", m.get("cache_key"))])]
+    inputs = m.get("inputs") or {}
+    if inputs:
+        parts.append("<h3>Inputs</h3>" + html_table(pa.table({"input": list(inputs), "sha256": list(inputs.values())}),
+                                                   max_rows=200))
+    timings = m.get("timings") or {}
+    if timings:
+        parts.append("<h3>Stage timings</h3>" + html_table(pa.table({"stage": list(timings),
+                                                                     "seconds": [float(v) for v in timings.values()]})))
+    files = m.get("files") or {}
+    counts = m.get("row_counts") or {}
+    if files or counts:
+        names = sorted(set(files) | {f"{k}.parquet" for k in counts})
+        parts.append("<h3>Package files</h3>" + html_table(pa.table({
+            "file": names, "rows": [counts.get(n.removesuffix(".parquet")) for n in names],
+            "sha256": [files.get(n) for n in names]}), max_rows=200))
+    notes = m.get("notes") or []
+    if notes:
+        parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
+    spec = m.get("resolved_spec")
+    if spec:
+        parts.append("<h3>Resolved spec</h3><pre>" + escape(json.dumps(spec, indent=2, default=str)) + "</pre>")
+    return "".join(parts)
+
+
+SECTIONS: tuple[Callable[[Package], str], ...] = (
+    _section_summary, _section_fibers, _section_candidates, _section_completion, _section_replay,
+    _section_sensitivity, _section_choice, _section_metrics, _section_other, _section_provenance)
+
+
+def render_report(run_dir: Path) -> str:
+    """The report of the package in ``run_dir`` as one HTML document (raises IntegrityError if damaged)."""
+    pkg = Package(run_dir)
+    try:
+        body = [section(pkg) for section in SECTIONS]
+    finally:
+        pkg.con.close()
+    m = pkg.manifest
+    title = f"dcaudit — {m.get('spec') or pkg.dir.name}: {m.get('run_id', '')}"
+    nav = " · ".join(f'<a href="#{n}">{n}</a>' for n in (*PACKAGE_TABLES, "provenance")
+                     if f"id='{n}'" in "".join(body))
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+            f"<h1>{escape(title)}</h1><p class='note'>source {escape(str(m.get('source', '')))} · "
+            f"{escape(str(m.get('started_at', '')))} · {escape(str(m.get('seconds', '')))} s · {nav}</p>"
+            + "".join(body) + "</body></html>")
+
+
+def write_report(run_dir: Path, target: Path | None = None) -> Path:
+    """Render and write ``report.html`` (into the package unless ``target``) through a temporary file."""
+    run_dir = Path(run_dir)
+    target = Path(target) if target else run_dir / REPORT_NAME
+    text = render_report(run_dir)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
+    return target
