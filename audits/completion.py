@@ -114,9 +114,13 @@ class CompletionResult:
 
 
 def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
-    """TRUE for calibration: a hash of ``id || ':' || seed``, so every seed is a column, not a loop."""
+    """TRUE for calibration: a hash of (candidate id, seed), so every seed is a column, not a loop.
+
+    The same expression as the replays (``dcaudit.audits.replay``), so a seed splits the candidates
+    identically in replay.parquet and completion.parquet.
+    """
     threshold = int(round(fraction * _SPLIT_BUCKETS))
-    return (f"(hash(CAST({id_sql} AS VARCHAR) || ':' || CAST({seed_sql} AS VARCHAR)) "
+    return (f"(hash(hash(CAST({id_sql} AS VARCHAR)), CAST({seed_sql} AS BIGINT)) "
             f"% {_SPLIT_BUCKETS}) < {threshold}")
 
 

@@ -213,6 +213,18 @@ def test_seeds_are_reproducible_and_independent_of_the_seed_count() -> None:
             assert rows_a[(r["policy"], r["seed"], r["step"])] == r
 
 
+def test_split_is_the_replay_split() -> None:
+    """A seed means the same calibration half in replay.parquet and completion.parquet."""
+    from dcaudit.audits.replay import ReplayConfig, calibration_members
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT 'c' || range AS id FROM range(300)")
+    theirs = {(r["candidate_id"], r["seed"]): r["calibration"] for r in calibration_members(
+        con, "t", id_column="id", config=ReplayConfig(seeds=4, seed_offset=10)).to_pylist()}
+    ours = {(c, s): v for s in range(10, 14) for c, v in calibration_flags([f"c{k}" for k in range(300)], s).items()}
+    assert ours == theirs and 0.4 < np.mean(list(ours.values())) < 0.6
+
+
 def test_bad_input_is_reported() -> None:
     table = known_table(40)
     with pytest.raises(SpecError, match="already evidence"):
