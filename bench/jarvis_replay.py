@@ -1,0 +1,144 @@
+"""JARVIS error-window replay (PAPER-NOTES §4.2): dcaudit's SQL engine against a straightforward pandas loop.
+
+Work: 15 models x 50 seeds, 50/50 calibration/test split of each model's ~5.6k test materials; the
+tolerance is the model's calibration MAE of predicted vs reference formation energy; a test material
+is certified when >= 5 calibration materials lie within the tolerance of its prediction and all
+share one ``optb88vdw_bandgap > 1.0`` label; the benchmark-only action is the window majority
+(>= 0.5), the global calibration majority below 5 neighbours.
+
+Both engines get identical work: the calibration/test split is the engine's hash split (computed once
+in DuckDB and handed to pandas untimed, so the pandas time is a lower bound), and the per-(model,
+seed) counts of both are asserted equal. The pandas loop is what the paper's script does (a Python
+loop over test points with a boolean mask over the calibration points; ~46 s there). dcaudit counts
+windows with ASOF joins on calibration prefix sums in one SQL pass over all seeds and models.
+
+    DCAUDIT_MIRROR=../shared/data .venv/bin/python bench/jarvis_replay.py [--seeds 50] [--no-pandas]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+X, REF, CLAIM = "pred_formation_energy_peratom", "formation_energy_peratom", "optb88vdw_bandgap > 1.0"
+MIN_SUPPORT = 5
+
+
+def jarvis_table() -> Path:
+    """The connector's audit table (15 models with both predictions), from the mirror."""
+    from dcaudit.config import load_settings
+    from dcaudit.connectors import jarvis
+
+    settings = load_settings()
+    if settings.home.name == "workspace" and not settings.home.exists():
+        settings = settings.with_overrides(home=Path(tempfile.mkdtemp()))
+    prepared = jarvis.prepare(settings, require=("formation_energy_peratom", "optb88vdw_bandgap"))
+    return prepared.tables["jarvis"]
+
+
+def split_frame(con, seeds: int):  # noqa: ANN001, ANN201 - duckdb connection -> pandas frame
+    """(model, jid, seed, calibration) with the engine's hash split, for the pandas baseline."""
+    from dcaudit.audits.replay import SPLIT_BUCKETS, ReplayConfig
+
+    cfg = ReplayConfig(seeds=seeds, min_support=MIN_SUPPORT)
+    return con.sql(f"""
+        SELECT b.model, b.jid, s.seed, (hash(hash(CAST(b.jid AS VARCHAR)), s.seed) % {SPLIT_BUCKETS}) < {cfg.threshold}
+               AS calibration, b.x, b.r, b.y
+        FROM (SELECT model, jid, {X} AS x, {REF} AS r, {CLAIM} AS y FROM j WHERE {X} IS NOT NULL
+              AND optb88vdw_bandgap IS NOT NULL) b CROSS JOIN range({seeds}) s(seed)
+        ORDER BY b.model, s.seed, b.jid""").df()
+
+
+def run_pandas(frame) -> tuple[float, dict]:  # noqa: ANN001
+    """The straightforward loop: per model and seed, per test point, a mask over the calibration points."""
+    start = time.perf_counter()
+    out = {}
+    for (model, seed), g in frame.groupby(["model", "seed"], sort=True):
+        cal, test = g[g.calibration], g[~g.calibration]
+        xc, yc = cal.x.to_numpy(), cal.y.to_numpy()
+        tol = float(np.mean(np.abs(cal.x.to_numpy() - cal.r.to_numpy())))
+        gmaj = 2 * yc.sum() > len(yc)
+        n_cert = false_cert = false_fm = 0
+        for x, y in zip(test.x.to_numpy(), test.y.to_numpy(), strict=True):
+            mask = np.abs(xc - x) <= tol
+            n = int(mask.sum())
+            t = int(yc[mask].sum())
+            decision = (2 * t >= n) if n >= MIN_SUPPORT else gmaj
+            false_fm += int(decision != y)
+            if n >= MIN_SUPPORT and (t == 0 or t == n):
+                n_cert += 1
+                false_cert += int((t == n) != y)
+        out[(model, int(seed))] = (len(test), n_cert, false_cert, false_fm)
+    return time.perf_counter() - start, out
+
+
+def run_engine(con, seeds: int) -> tuple[float, dict]:  # noqa: ANN001
+    from dcaudit.audits.claims import parse_claim
+    from dcaudit.audits.fibers import AuditLabels
+    from dcaudit.audits.replay import ReplayConfig, Tolerance, WindowSpec, replay_windows
+
+    start = time.perf_counter()
+    table = replay_windows(con, "j", id_column="jid", window=WindowSpec(X, Tolerance("mae"), REF),
+                           claim=parse_claim(CLAIM), config=ReplayConfig(seeds=seeds, min_support=MIN_SUPPORT),
+                           labels=AuditLabels("jarvis", "bench"), model_column="model")
+    seconds = time.perf_counter() - start
+    rows = [r for r in table.to_pylist() if r["seed"] is not None and r["model"] is not None]
+    by = {(r["model"], r["seed"], r["policy"]): r for r in rows}
+    out = {}
+    for (model, seed, policy), r in by.items():
+        if policy != "certify_then_acquire":
+            continue
+        fm = by[(model, seed, "fiber_majority")]
+        out[(model, int(seed))] = (int(r["n_test"]), int(r["certified"]), int(r["false_decisions"]),
+                                   int(fm["false_decisions"]))
+    return seconds, out
+
+
+def summarise(results: dict) -> str:
+    arr = np.array(list(results.values()), dtype=float)
+    n = arr[:, 0]
+    return (f"certified {np.mean(arr[:, 1] / n):.3%}  certify-then-acquire false {np.mean(arr[:, 2] / n):.3%}  "
+            f"window majority false {np.mean(arr[:, 3] / n):.2%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--no-pandas", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="engine repetitions (the best is reported)")
+    args = parser.parse_args()
+    import duckdb
+
+    sys.path.insert(0, str(HERE))
+    from results_table import append_results, peak_rss_mb
+
+    path = jarvis_table()
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE j AS SELECT * FROM read_parquet('{path}')")
+    n_rows = con.execute(f"SELECT count(*) FROM j WHERE {X} IS NOT NULL").fetchone()[0] * args.seeds
+    best, engine = min((run_engine(con, args.seeds) for _ in range(args.repeat)), key=lambda r: r[0])
+    print(f"dcaudit engine: {best:6.2f} s  {summarise(engine)}  ({len(engine)} replays)")
+    rows = [{"benchmark": "jarvis_replay", "engine": "duckdb", "n_rows": n_rows, "seconds": best,
+             "peak_rss_mb": peak_rss_mb()}]
+    if not args.no_pandas:
+        frame = split_frame(con, args.seeds)
+        seconds, pand = run_pandas(frame)
+        mismatch = [k for k in pand if pand[k] != engine.get(k)]
+        assert not mismatch, f"engines disagree on {len(mismatch)} replays, e.g. {mismatch[0]}: " \
+                             f"pandas {pand[mismatch[0]]} vs dcaudit {engine.get(mismatch[0])}"
+        ratio = seconds / best
+        print(f"pandas loop:    {seconds:6.2f} s  {summarise(pand)}  -> dcaudit is {ratio:.1f}x faster")
+        rows[0]["ratio_vs_pandas"] = ratio
+        rows.append({"benchmark": "jarvis_replay", "engine": "pandas", "n_rows": n_rows, "seconds": seconds,
+                     "peak_rss_mb": peak_rss_mb()})
+    print(f"appended {len(rows)} rows to {append_results(rows)}")
+
+
+if __name__ == "__main__":
+    main()
