@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.completion import POLICIES, CompletionConfig, completion_curves, split_sql
-from dcaudit.audits.evidence import EvidenceMap
+from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.errors import InputError, SpecError
 
 CLAIM = parse_claim("y = 1")
@@ -211,6 +211,43 @@ def test_seeds_are_reproducible_and_independent_of_the_seed_count() -> None:
     for r in c.to_pylist():
         if r["seed"] is not None:
             assert rows_a[(r["policy"], r["seed"], r["step"])] == r
+
+
+def test_continuous_probe_under_quantile_fibers() -> None:
+    """JARVIS-like (PAPER-NOTES §6.3): quantile fibers over a weak benchmark observable; a probe that nearly
+    measures the deployment response (the MBJ gap) beats one that repeats the benchmark (fe_control)."""
+    rng = np.random.default_rng(3)
+    n = 800
+    fe = rng.normal(size=n)
+    gap = 1.0 - 0.4 * fe + rng.normal(size=n)
+    table = pa.table({"id": [f"m{k}" for k in range(n)], "fe": fe, "y": (gap > 1.0).astype(int),
+                      "mbj": gap + 0.05 * rng.normal(size=n), "fe_control": fe + 0.3 * rng.normal(size=n)})
+    con = duckdb.connect()
+    con.register("t", table)
+    config = CompletionConfig(probes=("mbj", "fe_control"), seeds=10, calibration_fraction=0.7, min_support=3,
+                              policies=("response_rank", "benchmark_aligned"))
+    out = completion_curves(con, "t", id_column="id", evidence=EvidenceMap(("fe",), parse_fiber_rule("quantile:8")),
+                            claim=CLAIM, config=config, source="test").table
+    rr, aligned = mean_rows(out, "response_rank"), mean_rows(out, "benchmark_aligned")
+    assert rr[1]["probe_added"] == "mbj" and rr[1]["probe_added_share"] == 1.0
+    assert aligned[1]["probe_added"] == "fe_control"
+    assert rr[1]["certified_fraction"] > aligned[1]["certified_fraction"] + 0.2
+    assert rr[0]["fiber_rule"] == "quantile:8"
+
+
+def test_spec_section_is_validated() -> None:
+    from types import SimpleNamespace
+
+    from dcaudit.audits.completion import completion_stage
+    from dcaudit.spec import spec_from_dict
+
+    raw = {"name": "x", "source": {"path": "x.csv", "id": "id"},
+           "audits": [{"id": "a", "claim": "y = 1", "evidence": ["e"]}]}
+    for section, message in (({"probes": ["A"], "seedz": 3}, "unknown key"), ({"seeds": 3}, "needs probes"),
+                             ({"probes": ["A"], "audit": "b"}, "no such audit")):
+        ctx = SimpleNamespace(spec=spec_from_dict({**raw, "completion": section}))
+        with pytest.raises(SpecError, match=message):
+            completion_stage(ctx)
 
 
 def test_split_is_the_replay_split() -> None:
