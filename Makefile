@@ -34,6 +34,7 @@ lint: install  ## ruff
 bench: install  ## performance benchmarks -> bench/results/
 	$(PY) bench/fiber_audit.py
 	$(PY) bench/completion.py
+	$(PY) bench/replay.py
 
 audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
 	$(DCAUDIT) run tox21
