@@ -8,7 +8,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench audit-tox21 audit-matbench audit-all simulate clean
+.PHONY: help install lock test lint bench audit-tox21 audit-jarvis audit-matbench audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -35,9 +35,13 @@ bench: install  ## performance benchmarks -> bench/results/
 	$(PY) bench/fiber_audit.py
 	$(PY) bench/completion.py
 	$(PY) bench/replay.py
+	$(PY) bench/jarvis_replay.py
 
 audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
 	$(DCAUDIT) run tox21
+
+audit-jarvis: install  ## JARVIS dft_3d: does predicted formation energy decide band gap / stability? (15 models, replay, MBJ probe)
+	$(DCAUDIT) run jarvis
 
 audit-matbench: install  ## Matbench v0.1 (composition, leaderboard, Magpie) and Matbench Discovery (needs the WBM summary)
 	$(DCAUDIT) run matbench
@@ -45,6 +49,7 @@ audit-matbench: install  ## Matbench v0.1 (composition, leaderboard, Magpie) and
 
 audit-all: install  ## every built-in spec
 	$(DCAUDIT) run tox21
+	$(DCAUDIT) run jarvis
 	$(MAKE) --no-print-directory audit-matbench
 	$(MAKE) --no-print-directory simulate
 
