@@ -1,0 +1,425 @@
+"""The fiber audit and the fiber replay on Apache Spark, for tables beyond one machine (``--engine spark``).
+
+The division of work is the one a cluster wants: every pass over *candidates* (the evidence of each
+row, grouping it into fibers, and the candidates × seeds pass of the replay) runs in Spark; what comes
+back to the driver is one row per fiber (the audit) or per seed × fiber (the replay), as Arrow. Those
+few rows are finished by the same DuckDB code as the single-machine engine
+(:func:`dcaudit.audits.fibers.summarise_groups`, the replay's per-seed SQL and policy table), so the
+two engines produce the same tables by construction, and a test compares them on the same data.
+
+Splits. DuckDB's ``hash`` cannot be computed in Spark, so the replay's calibration split is either
+Spark's own (``xxhash64(candidate_id, seed)``: reproducible in Spark, statistically the same design
+as DuckDB's, but other draws — per-seed rows differ, means over 100 seeds agree within their
+spread), or given as data: ``splits`` (candidate_id, seed, calibration), e.g. exported from
+:func:`dcaudit.audits.replay.calibration_members`, in which case both engines replay exactly the
+same splits and agree to the last digit.
+
+Quantile cuts use Spark's exact ``percentile`` (the same interpolation as DuckDB's
+``quantile_cont``); it gathers the column on one executor, fine up to ~1e9 doubles.
+
+Where Spark runs: ``session()`` uses whatever Spark is configured (``spark-submit --master …``,
+``spark-defaults.conf`` in ``$SPARK_CONF_DIR``, or Spark Connect via ``SPARK_REMOTE=sc://host:15002``)
+and falls back to ``local[*]``. See docs/scale.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.audits.claims import Claim, Node, check_columns
+from dcaudit.audits.evidence import EvidenceMap, FiberRule
+from dcaudit.audits.fibers import AuditLabels, FiberAudit, _head, summarise_groups
+from dcaudit.errors import InputError, SpecError, require
+
+_counter = itertools.count()
+ROW_ID = "__row"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Session and input.
+
+def session(master: str | None = None, *, app_name: str = "dcaudit", conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession: the configured one (spark-submit, spark-defaults.conf, SPARK_REMOTE), else local[*]."""
+    require("pyspark", "spark")
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    configured = SparkConf().contains("spark.master") or SparkConf().contains("spark.remote")
+    if master:
+        builder = builder.master(master)
+    elif not configured:
+        import os
+
+        if not os.environ.get("SPARK_REMOTE"):
+            # Local mode: few shuffle partitions (the default 200 is for clusters) and no web UI.
+            builder = (builder.master("local[*]").config("spark.sql.shuffle.partitions", "8")
+                       .config("spark.ui.enabled", "false"))
+    # NULL (not an error) for a claim that cannot be evaluated on a row, as in DuckDB; Arrow transfers.
+    builder = (builder.config("spark.sql.ansi.enabled", "false")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def read_table(spark: Any, path: Path | str, *, row_id: bool = False) -> Any:
+    """A DataFrame over a Parquet or CSV file (a path Spark can reach: local, HDFS, S3, …)."""
+    text = str(path)
+    low = text.lower()
+    try:
+        if low.endswith((".parquet", ".pq")) or Path(text).is_dir():
+            df = spark.read.parquet(text)
+        elif low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+            df = spark.read.csv(text, header=True, inferSchema=True, sep="\t" if low.endswith(".tsv") else ",")
+        else:
+            raise InputError("unknown file type; use Parquet or CSV", file=text)
+    except InputError:
+        raise
+    except Exception as exc:  # Spark raises its own analysis errors
+        raise InputError(f"Spark cannot read it: {exc}", file=text) from exc
+    if row_id:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        # 1-based data row in file order (as DuckDB's __row): the increasing id follows partition order.
+        order = Window.orderBy(F.monotonically_increasing_id())
+        df = df.select(F.row_number().over(order).cast("bigint").alias(ROW_ID), "*")
+    return df
+
+
+# ---------------------------------------------------------------------------------------------------
+# Spark SQL from the same claim tree and fiber rules as the DuckDB engine.
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def claim_sql(node: Node) -> str:
+    """The claim rendered for Spark SQL (backtick identifiers, backslash-escaped strings)."""
+    k = node.kind
+    if k == "column":
+        return quote(node.value)
+    if k == "number":
+        return node.value
+    if k == "string":
+        return "'" + node.value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if k == "bool":
+        return node.value.upper()
+    if k == "unary":
+        return f"(-{claim_sql(node.children[0])})"
+    if k == "not":
+        return f"(NOT {claim_sql(node.children[0])})"
+    if k in {"binary", "compare"}:
+        a, b = node.children
+        return f"({claim_sql(a)} {node.value} {claim_sql(b)})"
+    if k in {"and", "or"}:
+        a, b = node.children
+        return f"({claim_sql(a)} {k.upper()} {claim_sql(b)})"
+    raise AssertionError(k)  # pragma: no cover
+
+
+def _bin_sql(column: str, rule: FiberRule, cuts: list[float] | None) -> str:
+    col = quote(column)
+    if rule.kind == "exact":
+        return col
+    if rule.kind == "width":
+        return f"CAST(floor(CAST({col} AS DOUBLE) / {rule.param!r}) AS BIGINT)"
+    if rule.kind == "quantile":
+        terms = " + ".join(f"CAST({col} > {c!r} AS INT)" for c in (cuts or []))
+        return f"CASE WHEN {col} IS NULL THEN NULL ELSE {terms or '0'} END"
+    raise SpecError(f"fiber rule {rule} gives each candidate its own window; the Spark engine audits "
+                    "partitions (exact, quantile, width)")
+
+
+@dataclass(frozen=True)
+class SparkEvidence:
+    view: str                      # temp view: candidate_id, k0..kn, x0, y, reason
+    key_columns: tuple[str, ...]
+    cuts: dict[str, list[float]]
+
+
+def _quantile_cuts(spark: Any, view: str, column: str, k: int, where: str) -> list[float]:
+    probs = ", ".join(f"{i / k!r}" for i in range(1, k))
+    row = spark.sql(f"SELECT percentile({quote(column)}, array({probs})) AS q FROM {view} "
+                    f"WHERE {quote(column)} IS NOT NULL AND {where}").collect()[0][0]
+    return sorted({float(c) for c in row}) if row else []
+
+
+def evidence_view(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap, claim: Claim) -> SparkEvidence:
+    """Register the evidence of every candidate as a Spark temp view (the twin of ``evidence_select``)."""
+    check_columns((id_column, *evidence.columns), df.columns, what="the evidence map")
+    check_columns(claim.columns, df.columns, what=f"claim {claim.text!r}")
+    tag = next(_counter)
+    src, ev = f"dcaudit_src_{tag}", f"dcaudit_ev_{tag}"
+    df.createOrReplaceTempView(src)
+    cs = claim_sql(claim.tree)
+    complete = " AND ".join(f"{quote(c)} IS NOT NULL" for c in evidence.columns)
+    cuts: dict[str, list[float]] = {}
+    if evidence.rule.kind == "quantile":
+        where = f"({cs}) IS NOT NULL" + (f" AND {complete}" if evidence.missing == "drop" else "")
+        for col in evidence.columns:
+            cuts[col] = _quantile_cuts(spark, src, col, int(evidence.rule.param or 0), where)
+    keys = tuple(f"k{i}" for i in range(len(evidence.columns)))
+    parts = [f"{_bin_sql(c, evidence.rule, cuts.get(c))} AS {k}" for c, k in zip(evidence.columns, keys, strict=True)]
+    missing = "FALSE" if evidence.missing == "as-value" else f"NOT ({complete})"
+    first = quote(evidence.columns[0])
+    x0 = f"try_cast({first} AS DOUBLE)" if evidence.rule.kind != "exact" else "CAST(NULL AS DOUBLE)"
+    spark.sql(
+        f"SELECT CAST({quote(id_column)} AS STRING) AS candidate_id, {', '.join(parts)}, {x0} AS x0, "
+        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim missing' "
+        f"WHEN {missing} THEN 'evidence missing' END AS reason FROM {src}"
+    ).createOrReplaceTempView(ev)
+    return SparkEvidence(ev, keys, cuts)
+
+
+def _to_arrow(df: Any) -> pa.Table:
+    """Spark -> Arrow (toArrow on Spark >= 4, the internal collector on 3.5)."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    return pa.Table.from_batches(df._collect_as_arrow())  # pragma: no cover - Spark 3.5
+
+
+def _from_arrow(spark: Any, table: pa.Table) -> Any:
+    try:
+        return spark.createDataFrame(table)
+    except (TypeError, ValueError):  # pragma: no cover - Spark 3.5 takes pandas
+        return spark.createDataFrame(table.to_pandas())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fiber audit.
+
+def audit_fibers_spark(
+    spark: Any,
+    df: Any,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    min_support: int = 1,
+    labels: AuditLabels,
+    with_candidates: bool = True,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> FiberAudit:
+    """:func:`dcaudit.audits.fibers.audit_fibers` with the grouping (and the candidates join) in Spark."""
+    if min_support < 1:
+        raise SpecError(f"min_support must be >= 1, got {min_support}")
+    if evidence.rule.is_window:
+        raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
+    ev = evidence_view(spark, df, id_column=id_column, evidence=evidence, claim=claim)
+    keys = ", ".join(ev.key_columns)
+    lohi = ("CAST(NULL AS DOUBLE) AS lo, CAST(NULL AS DOUBLE) AS hi" if evidence.rule.kind == "exact"
+            else "min(x0) AS lo, max(x0) AS hi")
+    try:
+        groups = _to_arrow(spark.sql(
+            f"SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true, "
+            f"{lohi} FROM {ev.view} GROUP BY {keys}, reason IS NULL"))
+    except Exception as exc:  # AnalysisException & co: the claim or evidence does not evaluate
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence on Spark: {exc}") from exc
+    own = con is None
+    con = con or duckdb.connect()
+    tag = next(_counter)
+    grp_t, fib_t = f"_sgrp_{tag}", f"_sfib_{tag}"
+    try:
+        con.register(f"{grp_t}_arrow", groups)
+        con.execute(f"CREATE TEMP TABLE {grp_t} AS SELECT * FROM {grp_t}_arrow")
+        con.unregister(f"{grp_t}_arrow")
+        summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
+                                           min_support=min_support, labels=labels, fibers_table=fib_t)
+        candidates = None
+        if with_candidates:
+            # Fiber keys and statuses go to Spark (one row per fiber); the join runs there.
+            fib = con.sql(f"SELECT {keys}, fiber_key, status FROM {fib_t}").to_arrow_table()
+            fib_view = f"dcaudit_fib_{tag}"
+            _from_arrow(spark, fib).createOrReplaceTempView(fib_view)
+            on = " AND ".join(f"e.{k} <=> f.{k}" for k in ev.key_columns)
+            joined = _to_arrow(spark.sql(
+                f"SELECT e.candidate_id, f.fiber_key, e.y AS claim_value, coalesce(f.status, 'excluded') AS status, "
+                f"e.reason AS excluded_reason FROM {ev.view} e LEFT JOIN {fib_view} f "
+                f"ON e.reason IS NULL AND {on}"))
+            con.register(f"{grp_t}_cand", joined)
+            candidates = con.sql(
+                f"""SELECT {_head(labels, claim, evidence)}, CAST(candidate_id AS VARCHAR) AS candidate_id,
+                           CAST(fiber_key AS BIGINT) AS fiber_key, CAST(claim_value AS BOOLEAN) AS claim_value,
+                           CAST(status AS VARCHAR) AS status, CAST(excluded_reason AS VARCHAR) AS excluded_reason
+                    FROM {grp_t}_cand ORDER BY candidate_id""").to_arrow_table()
+            con.unregister(f"{grp_t}_cand")
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {grp_t}; DROP TABLE IF EXISTS {fib_t}")
+        if own:
+            con.close()
+    return FiberAudit(summary=summary, fibers=fibers, candidates=candidates)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fiber replay.
+
+def replay_fibers_spark(
+    spark: Any,
+    df: Any,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    config: Any = None,  # dcaudit.audits.replay.ReplayConfig
+    labels: AuditLabels,
+    splits: Any = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> pa.Table:
+    """:func:`dcaudit.audits.replay.replay_fibers` with the candidates × seeds pass in Spark.
+
+    ``splits``: None (Spark's xxhash64 split) or calibration membership as an Arrow table or Spark
+    DataFrame with columns candidate_id (text), seed, calibration (boolean) — every seed of the
+    config must be in it.
+    """
+    from dcaudit.audits import replay as rp
+
+    config = config or rp.ReplayConfig()
+    if evidence.rule.is_window:
+        raise SpecError(f"fiber rule {evidence.rule} is a window; the Spark engine replays partitions")
+    ev = evidence_view(spark, df, id_column=id_column, evidence=evidence, claim=claim)
+    keys = ", ".join(ev.key_columns)
+    lo, hi = int(config.seed_offset), int(config.seed_offset) + int(config.seeds)
+    tag = next(_counter)
+    if splits is None:
+        member = (f"pmod(xxhash64(b.candidate_id, s.seed), {rp.SPLIT_BUCKETS}) < {config.threshold}")
+        pairs = f"{ev.view} b CROSS JOIN (SELECT id AS seed FROM range({lo}, {hi})) s"
+    else:
+        split_df = splits if hasattr(splits, "createOrReplaceTempView") else _from_arrow(spark, splits)
+        split_view = f"dcaudit_split_{tag}"
+        split_df.createOrReplaceTempView(split_view)
+        member = "s.calibration"
+        pairs = (f"{ev.view} b JOIN {split_view} s ON b.candidate_id = CAST(s.candidate_id AS STRING) "
+                 f"AND s.seed >= {lo} AND s.seed < {hi}")
+    try:
+        fib = _to_arrow(spark.sql(
+            f"SELECT {keys}, count(*) AS n_f, CAST(count_if(y) AS BIGINT) AS t_f FROM {ev.view} "
+            f"WHERE reason IS NULL GROUP BY {keys}"))
+        cal = _to_arrow(spark.sql(
+            f"SELECT CAST(s.seed AS BIGINT) AS seed, {', '.join('b.' + k for k in ev.key_columns)}, "
+            f"count(*) AS n_cal, CAST(count_if(b.y) AS BIGINT) AS t_cal FROM {pairs} "
+            f"WHERE b.reason IS NULL AND {member} GROUP BY s.seed, {', '.join('b.' + k for k in ev.key_columns)}"))
+    except Exception as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence on Spark: {exc}") from exc
+    own = con is None
+    con = con or duckdb.connect()
+    rp._ensure_udf(con)
+    fib_a, cal_a = f"_sfa_{tag}", f"_sca_{tag}"
+    con.register(fib_a, fib)
+    con.register(cal_a, cal)
+    model = rp._lit(labels.model) if labels.model is not None else "NULL::VARCHAR"
+    on = " AND ".join(f"c.{k} IS NOT DISTINCT FROM r.{k}" for k in ev.key_columns)
+    seeds = rp._seeds_sql(config)
+    # Fiber ids as in DuckDB's replay (dense rank of the key); from here on the same SQL as replay_fibers.
+    ctes = f"""
+    fibk AS (SELECT *, CAST(dense_rank() OVER (ORDER BY {keys}) AS INTEGER) AS f FROM {fib_a}),
+    fib AS (SELECT f, n_f, t_f FROM fibk),
+    cal AS (SELECT c.seed, r.f, c.n_cal, c.t_cal FROM {cal_a} c JOIN fibk r ON {on}),
+    fs AS (
+        SELECT s.seed, fib.f, coalesce(cal.n_cal, 0) AS n_cal, coalesce(cal.t_cal, 0) AS t_cal,
+               fib.n_f - coalesce(cal.n_cal, 0) AS n_test, fib.t_f - coalesce(cal.t_cal, 0) AS t_test
+        FROM fib CROSS JOIN {seeds} LEFT JOIN cal ON cal.seed = s.seed AND cal.f = fib.f
+    ),
+    g AS (SELECT seed, 2 * sum(t_cal) > sum(n_cal) AS gmaj FROM fs GROUP BY seed),
+    b AS (
+        SELECT fs.*, g.gmaj, 2 * t_cal > n_cal AS maj,
+               {rp._bound_sql(config)} AS bound
+        FROM fs JOIN g USING (seed)
+    ),
+    units AS (
+        SELECT {model} AS model, seed, n_cal, t_cal, n_test, t_test, gmaj, maj, bound,
+               coalesce({rp._certified_sql(config)}, FALSE) AS certified,
+               CASE WHEN n_cal > 0 THEN maj ELSE gmaj END AS fm_dec
+        FROM b
+    ),
+    totals AS (
+        SELECT {model} AS model, seed, sum(n_cal) AS n_calibration, sum(n_test) AS n_test,
+               NULL::DOUBLE AS tolerance
+        FROM fs GROUP BY seed
+    )"""
+    names = rp.ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
+    try:
+        return rp._replay_table(rp._fetch_per_seed(con, rp._per_seed_sql(ctes)), config, names, pooled=False)
+    finally:
+        con.unregister(fib_a)
+        con.unregister(cal_a)
+        if own:
+            con.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runs: a spec's fiber audits (and [replay] section) on Spark, written as the same evidence package.
+
+def run_spec_spark(spec: Any, settings: Any, *, out_dir: Path | None = None, replace_existing: bool = False,
+                   with_candidates: bool = True, master: str | None = None) -> Any:
+    """``run_spec`` for table specs (a file path as source) with every pass over candidates in Spark."""
+    from dcaudit.connectors.table import check_file, input_hash
+    from dcaudit.pipelines.runner import execute_run
+    from dcaudit.reports.package import concat
+
+    source = Path(spec.source)
+    if not (source.suffix or source.exists()):
+        raise SpecError(f"--engine spark audits a table file (Parquet or CSV); {spec.source!r} is a connector: "
+                        "run it with the DuckDB engine, or point Spark at the connector's Parquet tables")
+    unsupported = [s for s in spec.sections if s != "replay"]
+    if unsupported:
+        raise SpecError(f"--engine spark runs the fiber audit and [replay]; section(s) {unsupported} need "
+                        "--engine duckdb")
+    if any(t.per is not None for t in spec.audits):
+        raise SpecError("--engine spark does not run per-model audits yet; use --engine duckdb")
+    check_file(source)
+    inputs = input_hash(source)
+
+    def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        import time
+
+        from dcaudit.engine import connect
+
+        spark = session(master)
+        con = connect(settings)
+        timings: dict[str, float] = {}
+        collected: dict[str, list[pa.Table]] = {}
+        notes: list[str] = []
+        try:
+            df = read_table(spark, source, row_id=spec.id_column == ROW_ID)
+            t = time.monotonic()
+            for task in spec.audits:
+                result = audit_fibers_spark(spark, df, id_column=spec.id_column, evidence=task.evidence,
+                                            claim=task.claim, min_support=task.min_support,
+                                            labels=AuditLabels(source.name, task.audit_id),
+                                            with_candidates=with_candidates, con=con)
+                for name, table in (("summary", result.summary), ("fibers", result.fibers),
+                                    ("candidates", result.candidates)):
+                    if table is not None:
+                        collected.setdefault(name, []).append(table)
+            timings["fibers"] = round(time.monotonic() - t, 3)
+            if "replay" in spec.sections:
+                from dcaudit.audits.replay import parse_section
+
+                section = parse_section(spec.sections["replay"])
+                if section.tolerance is not None:
+                    raise SpecError("--engine spark replays fibers; error windows (--tolerance) need --engine duckdb")
+                t = time.monotonic()
+                chosen = section.audits or tuple(a.audit_id for a in spec.audits)
+                for task in (a for a in spec.audits if a.audit_id in chosen):
+                    collected.setdefault("replay", []).append(replay_fibers_spark(
+                        spark, df, id_column=spec.id_column, evidence=task.evidence, claim=task.claim,
+                        config=section.config, labels=AuditLabels(source.name, task.audit_id), con=con))
+                notes.append("replay splits are Spark's xxhash64(candidate_id, seed): other draws than the "
+                             "DuckDB engine's (same design); pass splits to replay_fibers_spark to match exactly")
+                timings["replay"] = round(time.monotonic() - t, 3)
+        finally:
+            con.close()
+        tables = {name: concat(parts) for name, parts in collected.items() if parts}
+        return tables, {"timings": timings, "notes": notes, "source": source.name, "engine": "spark",
+                        "spark_master": spark.conf.get("spark.master", None)}
+
+    return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash, inputs=inputs,
+                       compute=compute, out_dir=out_dir, replace_existing=replace_existing)
