@@ -224,7 +224,8 @@ def test_small_task_end_to_end_audit(mb_settings: Settings) -> None:
     raw["audits"] = [a for a in raw["audits"] if a["id"].startswith("dielectric-")]
     raw["matbench"]["polymorphs"] = ["dielectric-composition"]
     for entry in raw["matbench"]["completion"]:
-        entry.update(audits=[a for a in entry["audits"] if a.startswith("dielectric-")], seeds=2, random_draws=2)
+        entry.update(audits=[a for a in entry["audits"] if a.startswith("dielectric-")], seeds=2, random_draws=2,
+                     probes=entry["probes"][:2])
     result = run_spec(spec_from_dict(raw, origin="test"), mb_settings)
     summary = pl.from_arrow(result.tables["summary"])
     assert (summary["certified_fraction"] + summary["ambiguous_fraction"] + summary["unsupported_fraction"]
