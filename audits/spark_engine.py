@@ -358,7 +358,7 @@ def replay_fibers_spark(
 # Runs: a spec's fiber audits (and [replay] section) on Spark, written as the same evidence package.
 
 def run_spec_spark(spec: Any, settings: Any, *, out_dir: Path | None = None, replace_existing: bool = False,
-                   with_candidates: bool = True, master: str | None = None) -> Any:
+                   with_candidates: bool = True, master: str | None = None, quiet: bool = False) -> Any:
     """``run_spec`` for table specs (a file path as source) with every pass over candidates in Spark."""
     from dcaudit.connectors.table import check_file, input_hash
     from dcaudit.pipelines.runner import execute_run
@@ -422,4 +422,4 @@ def run_spec_spark(spec: Any, settings: Any, *, out_dir: Path | None = None, rep
                         "spark_master": spark.conf.get("spark.master", None)}
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash, inputs=inputs,
-                       compute=compute, out_dir=out_dir, replace_existing=replace_existing)
+                       compute=compute, out_dir=out_dir, replace_existing=replace_existing, quiet=quiet)

@@ -209,9 +209,13 @@ def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
 @click.option("--quiet", is_flag=True, help="Print only the output directory.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows.")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster Spark "
+                   "(needs dcaudit[spark]; see docs/scale.md).")
 @click.pass_obj
 def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
-          missing: str, min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
+          missing: str, min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool,
+          engine: str = "duckdb") -> None:
     """Audit any table FILE (CSV, CSV.gz or Parquet): does EVIDENCE decide CLAIM?
 
     \b
@@ -224,7 +228,7 @@ def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: 
     from dcaudit.reports.console import print_summary
 
     result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
-                        quiet=quiet or as_json)
+                        quiet=quiet or as_json, engine=engine)
     if as_json:
         click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded", "package_dir": str(result.run_dir),
                                "summary": _rows(result.tables["summary"])},
@@ -240,7 +244,8 @@ def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: 
 
 def _adhoc_run(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None,
                fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-               extra_sections: dict | None = None, quiet: bool = False):  # noqa: ANN202 - RunResult
+               extra_sections: dict | None = None, quiet: bool = False,
+               engine: str = "duckdb"):  # noqa: ANN202 - RunResult
     from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import spec_from_dict
 
@@ -255,6 +260,10 @@ def _adhoc_run(settings: Settings, file: Path, evidence: str, claim: str, id_col
     if out is not None and out.exists() and any(out.iterdir()) and not force:
         raise DcauditError(f"{out} exists and is not empty; pass --force to replace it "
                            "(the old package is kept until the new one is complete)")
+    if engine == "spark":
+        from dcaudit.audits.spark_engine import run_spec_spark
+
+        return run_spec_spark(spec, settings, out_dir=out, replace_existing=force, quiet=quiet)
     return run_spec(spec, settings, out_dir=out, replace_existing=force, quiet=quiet)
 
 
@@ -423,6 +432,9 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
 @click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
               "'mae' or 'q80' (per seed, from calibration errors against --reference).")
 @click.option("--reference", help="Reference column for --tolerance mae / qNN (e.g. the true value the evidence predicts).")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster Spark "
+                   "(needs dcaudit[spark]; see docs/scale.md).")
 @click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
 @click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
 @click.option("--quiet", is_flag=True, help="Print only the output directory.")
@@ -430,7 +442,7 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
 def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
            missing: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int, mode: str,
            epsilon: float, delta: float, tolerance: str | None, reference: str | None, out: Path | None,
-           force: bool, quiet: bool) -> None:
+           force: bool, quiet: bool, engine: str = "duckdb") -> None:
     """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
 
     \b
@@ -452,7 +464,7 @@ def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column:
     if reference is not None:
         section["reference"] = reference
     result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
-                        extra_sections={"replay": section})
+                        extra_sections={"replay": section}, engine=engine)
     if quiet:
         click.echo(str(result.run_dir))
         return

@@ -148,3 +148,32 @@ def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: fake(name))
     with pytest.raises(MissingExtraError, match=r"dcaudit\[spark\]"):
         spark_engine.session()
+
+
+def test_cli_engine_spark_writes_the_same_package(spark, table: Path, tmp_path: Path,  # noqa: ANN001
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    monkeypatch.setenv("DCAUDIT_HOME", str(tmp_path / "home"))
+    args = ["audit", str(table), "--id", "cid", "--evidence", "a,b,c", "--claim", "y = 1", "--min-support", "10",
+            "--quiet"]
+    out = {}
+    for engine in ("duckdb", "spark"):
+        res = CliRunner().invoke(cli, [*args, "--engine", engine, "--out", str(tmp_path / engine)])
+        assert res.exit_code == 0, res.output
+        out[engine] = {t: pq.read_table(tmp_path / engine / f"{t}.parquet").drop(["run_id"])
+                       for t in ("summary", "fibers", "candidates")}
+    for t in ("summary", "fibers", "candidates"):
+        _assert_same(out["spark"][t], out["duckdb"][t])
+    res = CliRunner().invoke(cli, ["replay", str(table), "--id", "cid", "--evidence", "a,b", "--claim", "y = 1",
+                                   "--seeds", "3", "--engine", "spark", "--out", str(tmp_path / "replay")])
+    assert res.exit_code == 0, res.output
+    replay = pq.read_table(tmp_path / "replay" / "replay.parquet")
+    assert replay.num_rows == 4 * 3 + 4
+    assert "Spark's xxhash64" in res.output
+    res = CliRunner().invoke(cli, ["replay", str(table), "--id", "cid", "--evidence", "x", "--claim", "y = 1",
+                                   "--tolerance", "0.1", "--engine", "spark", "--out", str(tmp_path / "w")])
+    assert res.exit_code != 0 and "--engine duckdb" in res.output
