@@ -248,3 +248,33 @@ def test_small_task_end_to_end_audit(mb_settings: Settings) -> None:
     assert q[2] <= 16 and q[2] < q[4] < q[8]
     completion = pl.from_arrow(result.tables["completion"])
     assert set(completion["audit_id"]) == {"dielectric-composition", "dielectric-magpie-q4"}
+
+
+def test_matminer_path_builds_the_artifact_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The online path (matminer's load_dataset), with the download replaced by two real structures."""
+    import matminer.datasets
+    import pandas as pd
+    from pymatgen.core import Lattice, Structure
+
+    frame = pd.DataFrame({"structure": [Structure(Lattice.cubic(4.1), ["Cs", "Cl"], [[0, 0, 0], [0.5, 0.5, 0.5]]),
+                                        Structure(Lattice.hexagonal(3.0, 5.0), ["Zn", "O"],
+                                                  [[1 / 3, 2 / 3, 0], [1 / 3, 2 / 3, 0.38]])],
+                          "n": [1.6, 2.1]})
+    calls: list[str] = []
+    monkeypatch.setattr(matminer.datasets, "load_dataset", lambda name: calls.append(name) or frame)
+    s = Settings(home=tmp_path, mirror=None, memory_limit="2GB", threads=1, offline=False)
+    df = matbench.load_with_matminer("dielectric", s)
+    assert calls == ["matbench_dielectric"]
+    assert df["mbid"].to_list() == ["mb-dielectric-1", "mb-dielectric-2"]  # Matbench's zero-padded scheme
+    assert df["composition"].to_list() == ["Cs1 Cl1", "Zn1 O1"]
+    # CsCl type Pm-3m; Zn and O stacked on one 6-fold axis (one formula unit per cell): P6mm
+    assert df["spg_num"].to_list() == [221, 183] and df["crys_sys"].to_list() == ["cubic", "hexagonal"]
+    path = tmp_path / "roundtrip.json.bz2"
+    import bz2
+
+    with bz2.open(path, "wt") as fh:
+        json.dump(matbench._dataset_json(df), fh)
+    parsed, findings = matbench.read_dataset(path, "dielectric")
+    assert parsed["n"].to_list() == [1.6, 2.1] and findings.height == 0
+    again = matbench.load_with_matminer("dielectric", s)  # cached in raw/: no second download
+    assert calls == ["matbench_dielectric"] and again.equals(df)
