@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import duckdb
@@ -251,6 +251,7 @@ class ReplayLabels:
     evidence: str
     fiber_rule: str
     certification: str  # fiber | window
+    n_excluded: int = 0  # candidates without evidence or claim value: left out of every split
 
 
 _SPREAD = ("certified_fraction", "false_decision_rate", "acquisitions", "break_even_price")
@@ -421,6 +422,7 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     table["delta"] = pa.array([cfg.delta] * n_rows, pa.float64())
     table["calibration_fraction"] = pa.array([cfg.calibration_fraction] * n_rows, pa.float64())
     table["seed_offset"] = pa.array([cfg.seed_offset] * n_rows, pa.int64())
+    table["n_excluded"] = pa.array([labels.n_excluded] * n_rows, pa.int64())
     table["model"] = pa.array(np.concatenate([rows["model"], summary["model"]]).tolist(), pa.string())
     table["policy"] = pa.array(np.concatenate([rows["policy"], summary["policy"]]).tolist(), pa.string())
     seeds = np.concatenate([_float(rows["seed"]), np.full(n_sum, np.nan)])
@@ -513,13 +515,17 @@ def replay_fibers(
     FROM (SELECT hash(candidate_id) AS h, CAST(dense_rank() OVER (ORDER BY {keys}) AS BIGINT) AS f, y
           FROM ({ev.sql}) WHERE reason IS NULL) b
     CROSS JOIN {_seeds_sql(config)}
-    GROUP BY ALL"""
+    GROUP BY ALL
+    -- candidates the evidence map leaves out (missing evidence or claim) are counted, not lost
+    UNION ALL SELECT -1, 0, FALSE, count(*), 0 FROM ({ev.sql}) WHERE reason IS NOT NULL"""
     try:
         counts = con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
-    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
-    ps = _fiber_outcomes(counts, config, labels.model)
+    excluded = np.asarray(counts["seed_index"]) < 0
+    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
+                         int(np.asarray(counts["n"])[excluded].sum()))
+    ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
     return _replay_table(ps, config, names, pooled=False)
 
 
@@ -666,18 +672,17 @@ def replay_windows(
             ASOF LEFT JOIN cal b ON test.m = b.m AND test.seed = b.seed AND b.x < test.lo
         ),
         v AS (
-            SELECT *, 2 * t_cal > n_cal AS maj,
-                   {_bound_sql(config)}
-                       AS bound
-            FROM w
+            SELECT *, 2 * t_cal > n_cal AS maj, {_bound_sql(config)} AS bound FROM w
         )
         SELECT model, seed, n_cal, t_cal, 1 AS n_test, CAST(y AS INTEGER) AS t_test, gmaj, maj, bound,
                coalesce({_certified_sql(config)}, FALSE) AS certified,
                -- the benchmark-only action on a window: its majority (>= 0.5 -> true), as in the paper
                CASE WHEN n_cal >= {int(config.min_support)} THEN 2 * t_cal >= n_cal ELSE gmaj END AS fm_dec
         FROM v""")
+        n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE {x} IS NULL OR ({claim.sql}) IS NULL"
+                                 ).fetchall()[0][0]
         names = ReplayLabels(labels.source, labels.audit_id, claim.text, window.column,
-                             f"window:{window.tolerance}", "window")
+                             f"window:{window.tolerance}", "window", int(n_excluded))
         ctes = f"units AS (SELECT * FROM {units}), totals AS (SELECT * FROM {totals})"
         return _replay_table(_fetch_per_seed(con, _per_seed_sql(ctes)), config, names,
                              pooled=model_column is not None)
@@ -699,7 +704,6 @@ class ReplaySection:
     tolerance: Tolerance | None = None
     reference: str | None = None
     model_column: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySection:

@@ -185,7 +185,7 @@ def _reference(table: pa.Table, split: list[dict], cfg: ReplayConfig) -> dict[tu
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     labels=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1)), min_size=1, max_size=60),
     seeds=st.integers(1, 4),
@@ -480,3 +480,11 @@ def test_cli_replay(settings, tmp_path: Path) -> None:  # noqa: ANN001
     assert res.exit_code == 0, res.output
     table = pq.read_table(tmp_path / "w" / "replay.parquet")
     assert table["certification"][0].as_py() == "window"
+
+
+def test_excluded_candidates_are_counted_not_lost() -> None:
+    table = pa.table({"id": ["a", "b", "c", "d", "e"], "e": ["x", "x", None, "y", "y"], "y": [1, 1, 0, None, 0]})
+    out = _fibers(_con(table), ReplayConfig(seeds=4, min_support=1))
+    assert set(out["n_excluded"].to_pylist()) == {2}  # c (no evidence) and d (no claim value)
+    for row in _rows(out, "fiber_majority"):
+        assert row["n_calibration"] + row["n_test"] == 3
