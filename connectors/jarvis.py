@@ -23,10 +23,12 @@ Tables written to ``$DCAUDIT_HOME/tables/jarvis/``:
   ``<property>_split``; only models with prediction files for every ``require``-d property;
 * ``test_truth.parquet`` — one row per material in any test split, ``<property>`` only where the
   material is in that property's test split (complete cases = the intersection of test splits);
-* ``predictions.parquet`` — long: ``model, jid, property, prediction, file, row, raw, issue``;
+* ``predictions.parquet`` — long: ``model, jid, property, prediction, file, row, raw, issue,
+  prediction_by_position`` (the file's second column: what a reader by position would have used);
 * ``truth.parquet`` — long: ``jid, property, split, target`` (train, val and test);
-* ``models.parquet`` — one row per (model, property): ``file, sha256, sha256_verified, n_rows,
-  n_used, mae`` (benchmark MAE over the used rows);
+* ``models.parquet`` — one row per (model, property): ``file, header, sha256, sha256_verified, n_rows,
+  n_used, mae`` (benchmark MAE over the used rows) and ``mae_by_position`` (the same, had the second
+  column been read as the prediction: 0 for the ``id,target,prediction`` files);
 * ``findings.parquet`` — ``file, model, property, issue, jid, value, row, detail``. Issues:
   ``id_outside_test_split``, ``duplicate_id``, ``non_numeric``, ``nan``, ``missing_value``,
   ``missing_id``, ``target_differs_from_benchmark``, ``leak_identical_to_reference``,
@@ -61,7 +63,7 @@ from dcaudit.errors import InputError, IntegrityError, MissingSourceError, SpecE
 from dcaudit.reports.package import write_table_atomic
 
 NAME = "jarvis"
-NORMALISER = "jarvis-1"
+NORMALISER = "jarvis-2"
 COMMIT = "57afc55f94c8a6f4562f73a3173968cd4b2f83b1"  # usnistgov/jarvis_leaderboard, 2025-08-25
 RAW = f"https://raw.githubusercontent.com/usnistgov/jarvis_leaderboard/{COMMIT}/jarvis_leaderboard"
 LICENCE = "NIST terms (US-government work, not subject to US copyright); see LICENSE.rst of jarvis_leaderboard"
@@ -286,12 +288,16 @@ def read_prediction_file(path: Path, *, model: str, prop: str, label: str | None
             raise InputError(f"no {need!r} column; found {df.columns} (columns are read by name: id, prediction "
                              "and optionally target)", file=label, column=need)
     target = pl.col(by_name["target"]) if "target" in by_name else pl.lit(None, pl.Utf8)
+    second = pl.col(df.columns[1]) if len(df.columns) > 1 else pl.lit(None, pl.Utf8)
     return df.with_row_index("row", offset=1).select(
         pl.lit(label).alias("file"), pl.lit(model).alias("model"), pl.lit(prop).alias("property"),
         pl.col("row").cast(pl.Int64),
         pl.col(by_name["id"]).str.strip_chars().alias("jid"),
         pl.col(by_name["prediction"]).alias("raw"),
         target.alias("target_in_file"),
+        # kept to show what reading by position would have taken as the prediction (PAPER-NOTES §8 item 5)
+        pl.lit(",".join(df.columns)).alias("header"),
+        second.alias("second_column"),
     )
 
 
@@ -335,6 +341,9 @@ def validate(rows: pl.DataFrame, truth: pl.DataFrame, *, known_models: Iterable[
     value), unknown_model; target_differs_from_benchmark for files carrying a ``target`` column.
     """
     test = truth.filter(pl.col("split") == "test").select("jid", "property", "target")
+    for col in ("header", "second_column"):
+        if col not in rows.columns:
+            rows = rows.with_columns(pl.lit(None, pl.Utf8).alias(col))
     text = pl.col("raw").str.strip_chars()
     num = text.cast(pl.Float64, strict=False)
     df = rows.with_columns(num.alias("prediction")).join(
@@ -395,12 +404,18 @@ def validate(rows: pl.DataFrame, truth: pl.DataFrame, *, known_models: Iterable[
     findings = pl.concat([p.cast(_FINDINGS_SCHEMA) for p in parts]).sort("file", "issue", "row", "jid",
                                                                          nulls_last=True)
 
-    predictions = df.select("model", "jid", "property", "prediction", "file", "row", "raw", "issue")
+    by_position = pl.col("second_column").str.strip_chars().cast(pl.Float64, strict=False)
+    df = df.with_columns(by_position.alias("prediction_by_position"))
+    predictions = df.select("model", "jid", "property", "prediction", "file", "row", "raw", "issue",
+                            "prediction_by_position")
     n_test = test.group_by("property").agg(pl.len().alias("n_test"))
     models = (df.group_by("model", "property", "file").agg(
         pl.len().alias("n_rows"),
         pl.col("issue").is_null().sum().alias("n_used"),
-        (pl.col("prediction") - pl.col("target")).abs().filter(pl.col("issue").is_null()).mean().alias("mae"))
+        (pl.col("prediction") - pl.col("target")).abs().filter(pl.col("issue").is_null()).mean().alias("mae"),
+        pl.col("header").first(),
+        (pl.col("prediction_by_position") - pl.col("target")).abs().filter(pl.col("issue").is_null()).mean()
+        .alias("mae_by_position"))
         .join(n_test, on="property", how="left")
         .join(missing.group_by("model", "property").agg(pl.len().alias("n_missing_ids")),
               on=["model", "property"], how="left")

@@ -54,6 +54,7 @@ SECTION_STAGES: dict[str, str] = {
     "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
     "matbench": "dcaudit.pipelines.matbench:matbench_stage",
     "choice": "dcaudit.audits.choice:choice_stage",
+    "jarvis": "dcaudit.pipelines.jarvis:jarvis_stage",
 }
 
 
