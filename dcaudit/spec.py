@@ -104,29 +104,58 @@ def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str
     return per, tuple(models)
 
 
+def _require_type(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> None:
+    """Specs come from TOML or code: a value of the wrong type is a SpecError, never a TypeError later."""
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
+                                                                               else (kind,)):
+        raise SpecError(f"{where}: {what}, not {type(value).__name__} {value!r}"[:300])
+
+
 def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec:
+    _require_type(raw, dict, origin, "a spec is a table of keys")
     unknown = set(raw) - _TOP_KEYS
     if unknown:
-        raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+        raise SpecError(f"{origin}: unknown key(s) {sorted(map(str, unknown))}; allowed: {sorted(_TOP_KEYS)}")
     for key in ("name", "source", "audits"):
         if key not in raw:
             raise SpecError(f"{origin}: missing required key {key!r}")
+    _require_type(raw["name"], str, origin, "name must be a string")
+    if not raw["name"].strip() or any(c in raw["name"] for c in "/\\\0"):
+        raise SpecError(f"{origin}: name must be a non-empty string without / or \\ (it names files)")
+    _require_type(raw.get("description", ""), str, origin, "description must be a string")
     source = raw["source"]
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
         raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
+    for key in ("connector", "path", "id"):
+        if key in source:
+            _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
+            if not source[key].strip():
+                raise SpecError(f"{origin}: [source] {key} is empty")
+    _require_type(raw["audits"], list, origin, "audits must be a list of [[audits]] tables")
+    if not raw["audits"]:
+        raise SpecError(f"{origin}: audits is empty; add at least one [[audits]] table")
     audits = []
     for i, entry in enumerate(raw["audits"]):
         where = f"{origin}: audits[{i}]"
+        _require_type(entry, dict, where, "an audit is a table of keys")
         bad = set(entry) - _AUDIT_KEYS
         if bad:
-            raise SpecError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_AUDIT_KEYS)}")
+            raise SpecError(f"{where}: unknown key(s) {sorted(map(str, bad))}; allowed: {sorted(_AUDIT_KEYS)}")
         if "claim" not in entry or "evidence" not in entry:
             raise SpecError(f"{where}: needs claim and evidence")
+        _require_type(entry["claim"], str, where, "claim must be a string")
         evidence = entry["evidence"]
         if isinstance(evidence, str):
             evidence = [c.strip() for c in evidence.split(",") if c.strip()]
+        _require_type(evidence, list, where, "evidence must be a column name or a list of them")
+        if not all(isinstance(c, str) and c for c in evidence):
+            raise SpecError(f"{where}: evidence must list column names (non-empty strings)")
+        for key in ("fiber_rule", "missing", "table", "id"):
+            if key in entry:
+                _require_type(entry[key], str, where, f"{key} must be a string")
         emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", "exact")),
                            entry.get("missing", "drop"))
+        _require_type(entry.get("min_support", 1), int, where, "min_support must be a whole number")
         min_support = int(entry.get("min_support", 1))
         if min_support < 1:
             raise SpecError(f"{where}: min_support must be >= 1")
