@@ -48,6 +48,9 @@ only work that grows with candidates × seeds — and that small table is reduce
 (DuckDB's planning time for the few joins involved exceeds the work itself). For windows, the per
 candidate window counts and per-seed outcomes are all SQL.
 
+Quantile and width fibers are cut over all audited candidates: the cuts read the evidence only, never
+a claim label, so calibration and test see the same fibers without leaking test labels.
+
 Splits use DuckDB's ``hash``: reproducible for a given DuckDB version, not across versions.
 """
 

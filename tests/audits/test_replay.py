@@ -488,3 +488,18 @@ def test_excluded_candidates_are_counted_not_lost() -> None:
     assert set(out["n_excluded"].to_pylist()) == {2}  # c (no evidence) and d (no claim value)
     for row in _rows(out, "fiber_majority"):
         assert row["n_calibration"] + row["n_test"] == 3
+
+
+def test_window_replay_calibrated_mode_bounds_hold() -> None:
+    rng = np.random.default_rng(8)
+    n = 1500
+    x = rng.uniform(0, 10, n)
+    y = ((x > 6) & (rng.random(n) > 0.01)).astype(int)  # right side nearly pure true, left side pure false
+    table = pa.table({"id": [f"m{i}" for i in range(n)], "x": x, "y": y})
+    cfg = ReplayConfig(seeds=4, min_support=20, mode="calibrated", epsilon=0.1, delta=0.05)
+    out = replay_windows(_con(table), "t", id_column="id", window=WindowSpec("x", parse_tolerance(0.5)),
+                         claim=parse_claim("y = 1"), config=cfg, labels=LABELS)
+    for row in _rows(out, "certified_only"):
+        assert row["certified_fraction"] > 0.7
+        assert row["risk_bound_max"] <= 0.1
+        assert row["false_rate_certified"] <= 0.05
