@@ -205,3 +205,12 @@ def test_rounded_target_columns_are_not_reported(test_ids: pl.DataFrame) -> None
                                              f"{tc + 0.01:.5f}"]})
     found = jarvis.validate(frame, test_ids).findings.filter(pl.col("issue") == "target_differs_from_benchmark")
     assert found["jid"].to_list() == [c]  # only the one that really differs
+
+
+def test_offline_without_mirror_says_where_to_put_the_files(tmp_path: Path) -> None:
+    from dcaudit.errors import MissingSourceError
+
+    with pytest.raises(MissingSourceError, match=r"jarvis_leaderboard/contributions/alignn_model/.*raw\.githubusercontent"):
+        jarvis.prepare(_settings(tmp_path / "home", None), properties=(FE,))
+    with pytest.raises(MissingSourceError, match="no list of JARVIS contributions"):
+        jarvis.prepare(_settings(tmp_path / "home", None), properties=("spillage",))
