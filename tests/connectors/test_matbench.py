@@ -223,6 +223,7 @@ def test_small_task_end_to_end_audit(mb_settings: Settings) -> None:
     raw["source"].update(tasks=["dielectric"], submissions=list(SUBS))
     raw["audits"] = [a for a in raw["audits"] if a["id"].startswith("dielectric-")]
     raw["matbench"]["polymorphs"] = ["dielectric-composition"]
+    raw["sensitivity"].update(audits=["dielectric-leaderboard"], rules=["quantile:10", "knn:25"])
     for entry in raw["matbench"]["completion"]:
         entry.update(audits=[a for a in entry["audits"] if a.startswith("dielectric-")], seeds=2, random_draws=2,
                      probes=entry["probes"][:2])
@@ -246,6 +247,8 @@ def test_small_task_end_to_end_audit(mb_settings: Settings) -> None:
                           & (pl.col("metric") == "median_certified_fraction")).height == 1
     q = {k: summary.filter(pl.col("audit_id") == f"dielectric-magpie-q{k}")["n_fibers"].item() for k in (2, 4, 8)}
     assert q[2] <= 16 and q[2] < q[4] < q[8]
+    sens = pl.from_arrow(result.tables["sensitivity"])
+    assert set(sens["model"]) == set(SUBS) and set(sens["fiber_rule"]) == {"quantile:10", "knn:25"}
     completion = pl.from_arrow(result.tables["completion"])
     assert set(completion["audit_id"]) == {"dielectric-composition", "dielectric-magpie-q4"}
 
