@@ -374,6 +374,13 @@ def test_window_replay_models_and_pooled_summary() -> None:
         summary[("bad", "fiber_majority")]["false_decision_rate"]
     pooled = summary[(None, "certify_then_acquire")]
     assert pooled["n_seeds"] == 12
+    per_seed = [r for r in out.to_pylist() if r["seed"] is not None and r["policy"] == "certify_then_acquire"]
+    assert len(per_seed) == 12
+    rates = [r["false_decision_rate"] for r in per_seed]
+    assert pooled["false_decision_rate_p10"] == pytest.approx(np.quantile(rates, 0.1))
+    assert pooled["break_even_price_median"] == pytest.approx(np.median([r["break_even_price"] for r in per_seed]))
+    good = [r["acquisitions"] for r in per_seed if r["model"] == "good"]
+    assert summary[("good", "certify_then_acquire")]["acquisitions_p90"] == pytest.approx(np.quantile(good, 0.9))
     assert pooled["acquisitions"] == pytest.approx(np.mean(
         [summary[(m, "certify_then_acquire")]["acquisitions"] for m in ("good", "bad")]))
 
