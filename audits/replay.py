@@ -687,8 +687,11 @@ def replay_windows(
         names = ReplayLabels(labels.source, labels.audit_id, claim.text, window.column,
                              f"window:{window.tolerance}", "window", int(n_excluded))
         ctes = f"units AS (SELECT * FROM {units}), totals AS (SELECT * FROM {totals})"
-        return _replay_table(_fetch_per_seed(con, _per_seed_sql(ctes)), config, names,
-                             pooled=model_column is not None)
+        ps = _fetch_per_seed(con, _per_seed_sql(ctes))
+        if not len(ps["seed"]):
+            raise InputError(f"no candidate has both a value of {window.column!r} and of the claim "
+                             f"{claim.text!r}", file=relation, column=window.column)
+        return _replay_table(ps, config, names, pooled=model_column is not None)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {sp}; DROP TABLE IF EXISTS {units}; DROP TABLE IF EXISTS {totals}")
 
