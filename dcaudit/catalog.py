@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
     spec VARCHAR,
     spec_hash VARCHAR,
     input_hashes VARCHAR,      -- JSON object: input name -> sha256
-    status VARCHAR,            -- running | succeeded | failed | reused
+    status VARCHAR,            -- running | succeeded | failed | reused | damaged (package files changed since)
     started_at TIMESTAMP,
     finished_at TIMESTAMP,
     seconds DOUBLE,
@@ -185,13 +185,33 @@ class Catalog:
             self._refresh_views(con)
 
     def _refresh_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        """One view per table over every package; a damaged package is left out (and its run marked
+        'damaged' with the bad files named) instead of breaking the views for every other run."""
         runs_dir = self.settings.runs_dir
+        damaged: dict[Path, list[str]] | None = None
         for name in PACKAGE_TABLES:
             files = sorted(runs_dir.glob(f"*/{name}.parquet"))
-            if files:
-                pattern = str(runs_dir / "*" / f"{name}.parquet").replace("'", "''")
+            if not files:
+                con.execute(f"DROP VIEW IF EXISTS {name}")
+                continue
+            pattern = str(runs_dir / "*" / f"{name}.parquet")
+            try:
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
-                            f"read_parquet('{pattern}', union_by_name = true)")
+                            f"read_parquet({_sql_string(pattern)}, union_by_name = true)")
+                continue
+            except duckdb.Error:
+                pass
+            if damaged is None:
+                damaged = {d: p for d in sorted({f.parent for f in runs_dir.glob("*/*.parquet")})
+                           if (p := verify_package(d))}
+                for run_dir, problems in damaged.items():
+                    con.execute("UPDATE runs SET status = 'damaged', error = ? WHERE run_dir = ? AND status IN "
+                                "('succeeded', 'reused')", ["; ".join(problems), str(run_dir)])
+            intact = [str(f) for f in files if f.parent not in damaged]
+            if intact:
+                listed = ", ".join(_sql_string(f) for f in intact)
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
+                            f"read_parquet([{listed}], union_by_name = true)")
             else:
                 con.execute(f"DROP VIEW IF EXISTS {name}")
 
@@ -213,7 +233,7 @@ class Catalog:
     def damaged_packages(self) -> list[str]:
         """Every package file under runs/ that is missing, unreadable or differs from its recorded hash."""
         problems: list[str] = []
-        for run_dir in sorted(p for p in self.settings.runs_dir.glob("*") if p.is_dir()):
+        for run_dir in sorted(p for p in self.settings.runs_dir.glob("*") if p.is_dir() and not p.name.startswith(".")):
             problems += verify_package(run_dir)
         return problems
 
