@@ -8,7 +8,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench audit-tox21 audit-jarvis audit-matbench audit-all simulate clean
+.PHONY: help install lock test lint bench audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -47,10 +47,14 @@ audit-matbench: install  ## Matbench v0.1 (composition, leaderboard, Magpie) and
 	$(DCAUDIT) run matbench
 	-$(DCAUDIT) run matbench-discovery
 
+audit-vision: install  ## vision: digits (8 models, 4 corruptions, 25 splits) and MNIST-C — do clean predictions decide robustness?
+	$(DCAUDIT) run vision
+
 audit-all: install  ## every built-in spec
 	$(DCAUDIT) run tox21
 	$(DCAUDIT) run jarvis
 	$(MAKE) --no-print-directory audit-matbench
+	$(DCAUDIT) run vision
 	$(MAKE) --no-print-directory simulate
 
 simulate: install  ## controlled response-space experiments with the paper's seeds (DESIGN §6)

@@ -10,7 +10,8 @@ from dcaudit.errors import SpecError
 # name -> module (imported lazily so a missing extra only matters for the source that needs it)
 CONNECTORS = {"tox21": "dcaudit.connectors.tox21", "jarvis": "dcaudit.connectors.jarvis",
               "matbench": "dcaudit.connectors.matbench",
-              "matbench-discovery": "dcaudit.connectors.matbench_discovery"}
+              "matbench-discovery": "dcaudit.connectors.matbench_discovery",
+              "vision": "dcaudit.connectors.vision"}
 
 
 def get_connector(name: str) -> ModuleType:

@@ -20,7 +20,7 @@ from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.errors import SpecError
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",
-             "matbench", "jarvis"}
+             "matbench", "jarvis", "vision"}
 _AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models"}
 
 
@@ -172,7 +172,8 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):
         raise SpecError(f"{origin}: audit ids repeat: {ids}")
-    sections = {k: raw[k] for k in ("replay", "completion", "sensitivity", "choice", "matbench", "jarvis") if k in raw}
+    sections = {k: raw[k] for k in ("replay", "completion", "sensitivity", "choice", "matbench", "jarvis", "vision")
+                if k in raw}
     return PipelineSpec(
         name=str(raw["name"]),
         description=str(raw.get("description", "")),

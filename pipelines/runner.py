@@ -55,6 +55,7 @@ SECTION_STAGES: dict[str, str] = {
     "matbench": "dcaudit.pipelines.matbench:matbench_stage",
     "choice": "dcaudit.audits.choice:choice_stage",
     "jarvis": "dcaudit.pipelines.jarvis:jarvis_stage",
+    "vision": "dcaudit.audits.vision:vision_stage",
 }
 
 

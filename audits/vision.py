@@ -1,0 +1,460 @@
+"""Corruption-robustness audit: does an image's clean prediction decide that the model stays right?
+
+Candidates are (split, model, image) triples of a predictions table (see
+:mod:`dcaudit.connectors.vision`). For each suite of corruptions:
+
+* **evidence** (the paper's, PAPER-NOTES §3.4): the clean predicted class, whether it is correct,
+  and the confidence decile — ``pd.qcut(confidence, q=10, duplicates='drop')`` computed per
+  split × model over its clean test predictions. In SQL: the decile is the number of distinct
+  interior 10 %-quantiles (``quantile_cont``, numpy's linear interpolation) strictly below the
+  confidence, which is qcut's bin index including its dropped duplicate edges and closed-right bins;
+* **claim** ``robust = true``: correct on the clean image *and* on every corruption of the suite;
+* fibers group candidates of one suite × split × model with equal evidence; the status rule is
+  :func:`dcaudit.audits.fibers.status_sql` (mixed -> ambiguous; pure and n < min_support ->
+  unsupported; else certified). ``min_support = 1`` is the paper's choice (singletons certified).
+
+Everything — deciles, claim, fibers, summaries, rankings — is one grouped DuckDB pass over all
+suites × splits × models at once (no per-model Python loop); a test checks it against
+:func:`dcaudit.audits.fibers.audit_fibers` on one split × model.
+
+Suites: ``all`` (every corruption in the table), ``each`` (one suite per condition, e.g.
+``gaussian_noise@3``), ``severity`` (every corruption at one severity). The suite is the
+``audit_id`` (``robust[all]``, ``robust[gaussian_noise@3]``, ``robust[severity=3]``) and its
+conditions are listed in the ``corruptions`` column.
+
+Tables (DESIGN §4; extra columns named here):
+
+* summary — one row per suite × split × model, plus one per suite × model over all splits
+  (``split`` NULL, counts summed); extra: ``split``, ``n_splits``, ``clean_accuracy``,
+  ``robust_accuracy`` (= prevalence of the claim), ``corruptions``;
+* fibers, candidates — per suite × split × model (``candidate_id`` is the image id; ``split`` column);
+* choice — one row per suite × split × model: ``benchmark_metric`` (clean accuracy),
+  ``robust_accuracy``, ``certified_fraction``, ``false_decisions`` (benchmark-only errors),
+  ``rank_by_benchmark`` / ``rank_by_robustness`` / ``rank_by_certification`` (1 = best, ties
+  share a rank) and the three ``chosen_by_*`` flags (as in :mod:`dcaudit.audits.choice`) (ties broken by model order: the protocol's
+  order, or alphabetical for a user's table);
+* metrics — per suite: the spread across split × model rows (the statistics of
+  :data:`dcaudit.audits.groups.SPREAD`, all suites in one grouped query),
+  the median clean and robust accuracy, and how often the clean-accuracy winner differs from the
+  robustness winner and from the certification winner (``value`` = fraction of splits; ``ci_low``/
+  ``ci_high`` a 95 % Wilson interval; ``*_tie_aware`` counts a split only when no model wins both).
+  ``median_ambiguous_fraction`` also gets a ``*_bootstrap`` row whose interval resamples splits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from dcaudit.audits.fibers import status_sql
+from dcaudit.audits.groups import SPREAD
+from dcaudit.connectors.vision import image_evidence_sql
+from dcaudit.errors import SpecError
+
+CLAIM = "robust = true"
+EVIDENCE = "predicted,clean_correct,confidence_decile"
+SUITE_KINDS = ("all", "each", "severity")
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Suite:
+    audit_id: str
+    conditions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VisionAudit:
+    summary: pa.Table
+    fibers: pa.Table
+    candidates: pa.Table | None
+    choice: pa.Table
+    metrics: pa.Table
+
+    def tables(self) -> dict[str, list[pa.Table]]:
+        out = {"summary": [self.summary], "fibers": [self.fibers], "choice": [self.choice],
+               "metrics": [self.metrics]}
+        if self.candidates is not None:
+            out["candidates"] = [self.candidates]
+        return out
+
+
+def _lit(value: object) -> str:
+    return "NULL::VARCHAR" if value is None else "'" + str(value).replace("'", "''") + "'"
+
+
+def build_suites(con: duckdb.DuckDBPyConnection, predictions: str, kinds: Sequence[str],
+                 clean: str = "clean") -> list[Suite]:
+    """The corruption suites to audit, from the (few) distinct conditions of the table."""
+    bad = [k for k in kinds if k not in SUITE_KINDS]
+    if bad or not kinds:
+        raise SpecError(f"vision suites {list(kinds)}: choose from {', '.join(SUITE_KINDS)}")
+    rows = con.execute(f"SELECT condition, any_value(severity) FROM {predictions} WHERE condition <> ? "
+                       "GROUP BY condition ORDER BY condition", [clean]).fetchall()
+    conditions = tuple(r[0] for r in rows)
+    suites: list[Suite] = []
+    if "all" in kinds:
+        suites.append(Suite("robust[all]", conditions))
+    if "severity" in kinds:
+        by_severity: dict[int, list[str]] = {}
+        for cond, severity in rows:
+            if severity is not None:
+                by_severity.setdefault(int(severity), []).append(cond)
+        suites += [Suite(f"robust[severity={s}]", tuple(c)) for s, c in sorted(by_severity.items())]
+    if "each" in kinds:
+        suites += [Suite(f"robust[{c}]", (c,)) for c in conditions]
+    return suites
+
+
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float | None, float | None]:
+    """95 % Wilson score interval for k successes in n trials."""
+    if n == 0:
+        return None, None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return round(max(0.0, centre - half), 12), round(min(1.0, centre + half), 12)
+
+
+def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, source: str,
+                      suites: Sequence[Suite], clean: str = "clean", confidence_bins: int = 10,
+                      min_support: int = 1, model_order: Sequence[str] | None = None,
+                      with_candidates: bool = True, bootstrap: int = 1000, seed: int = 0) -> VisionAudit:
+    """Run the robustness audit for every suite × split × model of ``predictions`` in one SQL pass."""
+    if min_support < 1:
+        raise SpecError(f"min_support must be >= 1, got {min_support}")
+    if confidence_bins < 2:
+        raise SpecError(f"confidence_bins must be >= 2, got {confidence_bins}")
+    if not suites:
+        raise SpecError("no corruption suites to audit")
+    tag = next(_counter)
+    t = {k: f"_v{k}_{tag}" for k in ("suite", "ev", "rob", "cand", "fib", "sum", "order")}
+    suite_rows = pa.table({
+        "suite": [s.audit_id for s, _ in ((s, c) for s in suites for c in s.conditions)],
+        "condition": [c for s in suites for c in s.conditions],
+    })
+    models = [r[0] for r in con.execute(f"SELECT DISTINCT model FROM {predictions} ORDER BY 1").fetchall()]
+    order = [m for m in (model_order or []) if m in models] + [m for m in models if m not in (model_order or [])]
+    con.register(f"{t['suite']}_arrow", suite_rows)
+    con.register(f"{t['order']}_arrow", pa.table({"model": order, "model_rank": list(range(len(order)))}))
+    status = status_sql("n", "n_true", min_support)
+    head = (f"{_lit(source)} AS source, s.suite AS audit_id, {_lit(CLAIM)} AS claim, {_lit(EVIDENCE)} AS evidence, "
+            f"{_lit('exact')} AS fiber_rule")
+    try:
+        con.execute(f"CREATE TEMP TABLE {t['suite']} AS SELECT suite, condition FROM {t['suite']}_arrow")
+        # evidence per (split, model, image): every triple seen in any condition is a candidate; the
+        # decile SQL lives with the connector, whose ``images`` table carries the same columns
+        con.execute(f"CREATE TEMP TABLE {t['ev']} AS {image_evidence_sql(predictions, clean, confidence_bins)}")
+        con.execute(f"""CREATE TEMP TABLE {t['rob']} AS
+            SELECT p.split, p.model, p.image_id, s.suite, count(*) AS n_seen, bool_and(p.predicted = p.label) AS ok
+            FROM {predictions} p JOIN {t['suite']} s ON p.condition = s.condition GROUP BY ALL""")
+        # claim: three-valued — a wrong clean or corrupted prediction decides FALSE even if some are missing
+        con.execute(f"""CREATE TEMP TABLE {t['cand']} AS
+            WITH sz AS (SELECT suite, count(*) AS n_conditions FROM {t['suite']} GROUP BY suite)
+            SELECT e.*, sz.suite, sz.n_conditions,
+                   CASE WHEN e.clean_correct = FALSE OR r.ok = FALSE THEN FALSE
+                        WHEN e.clean_correct AND r.n_seen = sz.n_conditions THEN r.ok END AS y,
+                   CASE WHEN e.predicted IS NULL THEN 'evidence missing (no clean prediction)'
+                        WHEN NOT (e.clean_correct = FALSE OR r.ok = FALSE) AND coalesce(r.n_seen, 0) < sz.n_conditions
+                        THEN 'claim missing (' || coalesce(r.n_seen, 0) || ' of ' || sz.n_conditions
+                             || ' corrupted predictions)' END AS reason
+            FROM {t['ev']} e CROSS JOIN sz LEFT JOIN {t['rob']} r USING (split, model, image_id, suite)""")
+        con.execute(f"""CREATE TEMP TABLE {t['fib']} AS
+            SELECT *, CAST(row_number() OVER (PARTITION BY suite, split, model
+                           ORDER BY predicted, clean_correct, confidence_decile) - 1 AS BIGINT) AS fiber_key,
+                   {status} AS status
+            FROM (SELECT suite, split, model, predicted, clean_correct, confidence_decile, count(*) AS n,
+                         CAST(count_if(y) AS BIGINT) AS n_true, min(confidence) AS lo, max(confidence) AS hi
+                  FROM {t['cand']} WHERE reason IS NULL GROUP BY ALL)""")
+        con.execute(f"""CREATE TEMP TABLE {t['sum']} AS
+            WITH f AS (SELECT suite, split, model,
+                    sum(n) AS n_candidates, count(*) AS n_fibers,
+                    count_if(status = 'ambiguous') AS n_mixed_fibers,
+                    count_if(status = 'unsupported') AS n_unsupported_fibers,
+                    coalesce(sum(n) FILTER (WHERE status = 'certified_true'), 0) AS certified_true,
+                    coalesce(sum(n) FILTER (WHERE status = 'certified_false'), 0) AS certified_false,
+                    coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS ambiguous,
+                    coalesce(sum(n) FILTER (WHERE status = 'unsupported'), 0) AS unsupported,
+                    sum(n_true) AS n_true, sum(least(n_true, n - n_true)) AS benchmark_only_errors,
+                    median(n) AS median_fiber_size, count(DISTINCT split) AS n_splits
+                FROM {t['fib']} GROUP BY GROUPING SETS ((suite, split, model), (suite, model))),
+            c AS (SELECT suite, split, model, count_if(reason IS NOT NULL) AS n_excluded,
+                         avg(CAST(clean_correct AS DOUBLE)) AS clean_accuracy
+                  FROM {t['cand']} GROUP BY GROUPING SETS ((suite, split, model), (suite, model)))
+            SELECT f.*, c.n_excluded, c.clean_accuracy
+            FROM f JOIN c ON f.suite = c.suite AND f.model = c.model AND f.split IS NOT DISTINCT FROM c.split""")
+        corruptions = f"(SELECT string_agg(condition, ',' ORDER BY condition) FROM {t['suite']} x WHERE x.suite = s.suite)"
+        summary = con.sql(f"""SELECT {head}, s.model, CAST(s.split AS INTEGER) AS split, {int(min_support)} AS min_support,
+                CAST(n_candidates AS BIGINT) AS n_candidates, CAST(n_excluded AS BIGINT) AS n_excluded,
+                CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
+                CAST(n_unsupported_fibers AS BIGINT) AS n_unsupported_fibers,
+                CAST(certified_true AS BIGINT) AS certified_true, CAST(certified_false AS BIGINT) AS certified_false,
+                CAST(ambiguous AS BIGINT) AS ambiguous, CAST(unsupported AS BIGINT) AS unsupported,
+                (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
+                ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
+                unsupported / nullif(n_candidates, 0) AS unsupported_fraction,
+                n_mixed_fibers / nullif(n_fibers, 0) AS mixed_fiber_fraction,
+                n_true / nullif(n_candidates, 0) AS prevalence,
+                CAST(benchmark_only_errors AS BIGINT) AS benchmark_only_errors,
+                benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
+                CAST(median_fiber_size AS DOUBLE) AS median_fiber_size,
+                CAST(n_splits AS BIGINT) AS n_splits, clean_accuracy,
+                n_true / nullif(n_candidates, 0) AS robust_accuracy, {corruptions} AS corruptions
+            FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
+            ORDER BY s.suite, s.split NULLS LAST, o.model_rank""").to_arrow_table()
+        fibers = con.sql(f"""SELECT {head}, s.model, CAST(s.split AS INTEGER) AS split, fiber_key,
+                predicted || ',' || CAST(clean_correct AS VARCHAR) || ',' || CAST(confidence_decile AS VARCHAR)
+                    AS evidence_key,
+                predicted, clean_correct, CAST(confidence_decile AS INTEGER) AS confidence_decile,
+                lo AS evidence_lo, hi AS evidence_hi, CAST(n AS BIGINT) AS n, n_true, status
+            FROM {t['fib']} s ORDER BY s.suite, s.split, s.model, fiber_key""").to_arrow_table()
+        candidates = None
+        if with_candidates:
+            candidates = con.sql(f"""SELECT {head}, s.model, CAST(s.split AS INTEGER) AS split,
+                    s.image_id AS candidate_id, f.fiber_key, s.y AS claim_value,
+                    coalesce(f.status, 'excluded') AS status, s.reason AS excluded_reason
+                FROM {t['cand']} s LEFT JOIN {t['fib']} f
+                  ON s.reason IS NULL AND f.suite = s.suite AND f.split = s.split AND f.model = s.model
+                 AND f.predicted = s.predicted AND f.clean_correct = s.clean_correct
+                 AND f.confidence_decile = s.confidence_decile
+                ORDER BY s.suite, s.split, s.model, s.image_id""").to_arrow_table()
+        choice = con.sql(f"""WITH r AS (
+                SELECT s.*, o.model_rank FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
+                WHERE s.split IS NOT NULL),
+            w AS (SELECT *, n_true / n_candidates AS robust_accuracy,
+                         (certified_true + certified_false) / n_candidates AS certified_fraction,
+                         rank() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC) AS rank_by_benchmark,
+                         rank() OVER (PARTITION BY suite, split ORDER BY n_true / n_candidates DESC) AS rank_by_robustness,
+                         rank() OVER (PARTITION BY suite, split
+                                      ORDER BY (certified_true + certified_false) / n_candidates DESC)
+                             AS rank_by_certification,
+                         row_number() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC, model_rank) = 1
+                             AS chosen_by_benchmark,
+                         row_number() OVER (PARTITION BY suite, split ORDER BY n_true / n_candidates DESC, model_rank) = 1
+                             AS chosen_by_robustness,
+                         row_number() OVER (PARTITION BY suite, split
+                             ORDER BY (certified_true + certified_false) / n_candidates DESC, model_rank) = 1
+                             AS chosen_by_certification
+                  FROM r)
+            SELECT {_lit(source)} AS source, suite AS audit_id, {_lit(CLAIM)} AS claim, model,
+                   CAST(split AS INTEGER) AS split, 'clean_accuracy' AS benchmark_metric_name,
+                   clean_accuracy AS benchmark_metric, robust_accuracy, certified_fraction,
+                   ambiguous / n_candidates AS ambiguous_fraction,
+                   CAST(benchmark_only_errors AS BIGINT) AS false_decisions,
+                   CAST(n_candidates AS BIGINT) AS n_candidates,
+                   CAST(rank_by_benchmark AS BIGINT) AS rank_by_benchmark,
+                   CAST(rank_by_robustness AS BIGINT) AS rank_by_robustness,
+                   CAST(rank_by_certification AS BIGINT) AS rank_by_certification,
+                   chosen_by_benchmark, chosen_by_robustness, chosen_by_certification
+            FROM w ORDER BY suite, split, model_rank""").to_arrow_table()
+        per_split = summary.filter(pa.compute.is_valid(summary["split"]))
+        metrics = _metrics(con, source, suites, per_split, choice, bootstrap=bootstrap, seed=seed)
+    finally:
+        for name in ("suite", "ev", "rob", "cand", "fib", "sum"):
+            con.execute(f"DROP TABLE IF EXISTS {t[name]}")
+        con.unregister(f"{t['suite']}_arrow")
+        con.unregister(f"{t['order']}_arrow")
+    return VisionAudit(summary, fibers, candidates, choice, metrics)
+
+
+def _metric_row(source: str, suite: str, metric: str, value: float | None, lo: float | None = None,
+                hi: float | None = None, min_support: int = 1) -> dict:
+    return {"source": source, "experiment": suite, "claim": CLAIM, "fiber_rule": "exact",
+            "min_support": min_support, "metric": metric, "value": value, "ci_low": lo, "ci_high": hi}
+
+
+def _metrics(con: duckdb.DuckDBPyConnection, source: str, suites: Sequence[Suite], per_split: pa.Table,
+             choice: pa.Table, *, bootstrap: int, seed: int) -> pa.Table:
+    """Per suite: the spread across split × model rows and how often the winners disagree (grouped SQL)."""
+    if per_split.num_rows == 0:
+        return pa.Table.from_pylist([], schema=_METRIC_SCHEMA)
+    con.register("_vis_per_split", per_split)
+    con.register("_vis_choice", choice)
+    try:
+        names = [name for name, _ in SPREAD] + ["median_clean_accuracy", "median_robust_accuracy", "n_splits"]
+        aggs = [agg for _, agg in SPREAD] + ["median(clean_accuracy)", "median(robust_accuracy)",
+                                             "count(DISTINCT split)"]
+        cols = ", ".join(f"CAST({agg} AS DOUBLE) AS {name}" for name, agg in zip(names, aggs, strict=True))
+        spread = con.sql(f"""SELECT {_lit(source)} AS source, audit_id AS experiment, {_lit(CLAIM)} AS claim,
+                'exact' AS fiber_rule, CAST(any_value(min_support) AS INTEGER) AS min_support, metric, value,
+                NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high
+            FROM (SELECT audit_id, any_value(min_support) AS min_support, {cols} FROM _vis_per_split GROUP BY audit_id)
+            UNPIVOT (value FOR metric IN ({', '.join(names)}))
+            GROUP BY audit_id, metric, value ORDER BY audit_id""").to_arrow_table()
+        # per suite × split: does the clean-accuracy winner also win robustness / certification?
+        winners = con.sql("""SELECT audit_id, count(*) AS n_splits,
+                count_if(NOT both_robust) AS differs_robust, count_if(NOT tie_robust) AS tie_robust,
+                count_if(NOT both_cert) AS differs_cert, count_if(NOT tie_cert) AS tie_cert
+            FROM (SELECT audit_id, split,
+                    bool_or(chosen_by_benchmark AND chosen_by_robustness) AS both_robust,
+                    bool_or(rank_by_benchmark = 1 AND rank_by_robustness = 1) AS tie_robust,
+                    bool_or(chosen_by_benchmark AND chosen_by_certification) AS both_cert,
+                    bool_or(rank_by_benchmark = 1 AND rank_by_certification = 1) AS tie_cert
+                  FROM _vis_choice GROUP BY audit_id, split)
+            GROUP BY audit_id ORDER BY audit_id""").fetchall()
+    finally:
+        con.unregister("_vis_per_split")
+        con.unregister("_vis_choice")
+    ms = int(per_split["min_support"][0].as_py())
+    rows: list[dict] = []
+    for audit_id, n, d_rob, t_rob, d_cert, t_cert in winners:  # one row per suite
+        for metric, k in (("clean_winner_differs_from_robust_winner", d_rob),
+                          ("clean_winner_differs_from_robust_winner_tie_aware", t_rob),
+                          ("clean_winner_differs_from_certification_winner", d_cert),
+                          ("clean_winner_differs_from_certification_winner_tie_aware", t_cert)):
+            rows.append(_metric_row(source, audit_id, metric, k / n, *wilson(k, n), min_support=ms))
+    if bootstrap:
+        rows += _bootstrap_rows(source, per_split, bootstrap=bootstrap, seed=seed, min_support=ms)
+    return pa.concat_tables([spread, pa.Table.from_pylist(rows, schema=_METRIC_SCHEMA)])
+
+
+_METRIC_SCHEMA = pa.schema([
+    ("source", pa.string()), ("experiment", pa.string()), ("claim", pa.string()), ("fiber_rule", pa.string()),
+    ("min_support", pa.int32()), ("metric", pa.string()), ("value", pa.float64()), ("ci_low", pa.float64()),
+    ("ci_high", pa.float64()),
+])
+
+
+def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: int, min_support: int) -> list[dict]:
+    """Median ambiguous fraction with a percentile interval from resampling whole splits.
+
+    Models within a split share their test images, so splits (not split × model rows) are resampled:
+    a split × model matrix per suite, draws as index rows, one nanmedian per draw.
+    """
+    audit = np.asarray(per_split["audit_id"].to_pylist())
+    split = np.asarray(per_split["split"].to_pylist())
+    model = np.asarray(per_split["model"].to_pylist())
+    amb = np.asarray(per_split["ambiguous_fraction"].to_pylist(), dtype=float)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for audit_id in np.unique(audit):  # one per suite
+        sel = audit == audit_id
+        splits, models = np.unique(split[sel]), np.unique(model[sel])
+        if len(splits) < 2:
+            continue
+        grid = np.full((len(splits), len(models)), np.nan)
+        grid[np.searchsorted(splits, split[sel]), np.searchsorted(models, model[sel])] = amb[sel]
+        draws = rng.integers(0, len(splits), size=(bootstrap, len(splits)))
+        meds = np.nanmedian(grid[draws].reshape(bootstrap, -1), axis=1)
+        lo, hi = np.percentile(meds, [2.5, 97.5])
+        rows.append(_metric_row(source, str(audit_id), "median_ambiguous_fraction_bootstrap",
+                                float(np.nanmedian(grid)), float(lo), float(hi), min_support))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- stage
+
+SOURCE_NAMES = {"digits": "vision-digits", "mnist-c": "vision-mnist-c"}
+_SECTION_KEYS = {"suites", "confidence_bins", "min_support", "clean", "conditions", "candidates", "bootstrap",
+                 "model_order"}
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """The ``[vision]`` section of a spec."""
+
+    suites: tuple[str, ...] = ("all", "severity", "each")
+    confidence_bins: int = 10
+    min_support: int = 1
+    clean: str = "clean"
+    conditions: tuple[str, ...] | None = None   # declared corruption names (a user's table is checked against them)
+    candidates: bool = True
+    bootstrap: int = 1000
+    model_order: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_section(cls, section: dict) -> VisionConfig:
+        unknown = set(section) - _SECTION_KEYS
+        if unknown:
+            raise SpecError(f"[vision]: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+        suites = section.get("suites", cls.suites)
+        suites = (suites,) if isinstance(suites, str) else tuple(suites)
+        conditions = section.get("conditions")
+        order = section.get("model_order")
+        cfg = cls(suites=suites, confidence_bins=int(section.get("confidence_bins", 10)),
+                  min_support=int(section.get("min_support", 1)), clean=str(section.get("clean", "clean")),
+                  conditions=tuple(conditions) if conditions is not None else None,
+                  candidates=bool(section.get("candidates", True)), bootstrap=int(section.get("bootstrap", 1000)),
+                  model_order=tuple(order) if order is not None else None)
+        bad = [k for k in cfg.suites if k not in SUITE_KINDS]
+        if bad or not cfg.suites:
+            raise SpecError(f"[vision] suites = {list(cfg.suites)}: choose from {', '.join(SUITE_KINDS)}")
+        return cfg
+
+
+def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipelines.runner.StageContext
+    """Runner stage for ``[vision]``: audit every predictions table of the source (one grouped pass each)."""
+    from pathlib import Path
+
+    from dcaudit.connectors import vision as connector
+
+    cfg = VisionConfig.from_section(dict(ctx.spec.sections.get("vision") or {}))
+    out: dict[str, list[pa.Table]] = {}
+    user_file = Path(ctx.spec.source)
+    is_file = bool(user_file.suffix) or user_file.exists()
+    ambiguous_all = 0
+    for table, view in ctx.tables.items():
+        if table == "images":  # the connector's per-image table, audited by the spec's plain [[audits]]
+            continue
+        if is_file:  # a user's predictions: reload with row numbers so errors can name the row
+            norm = connector.read_predictions(ctx.con, user_file, conditions=cfg.conditions, clean=cfg.clean)
+            source, order = ctx.source, cfg.model_order
+        else:
+            norm = connector.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
+                                                  clean=cfg.clean)
+            source = SOURCE_NAMES.get(table, f"vision-{table}")
+            order = cfg.model_order or (connector.DIGITS_MODELS if table == "digits"
+                                        else connector.MnistProtocol().models)
+        suites = build_suites(ctx.con, norm, cfg.suites, clean=cfg.clean)
+        result = audit_predictions(ctx.con, norm, source=source, suites=suites, clean=cfg.clean,
+                                   confidence_bins=cfg.confidence_bins, min_support=cfg.min_support,
+                                   model_order=order, with_candidates=cfg.candidates, bootstrap=cfg.bootstrap)
+        for name, parts in result.tables().items():
+            out.setdefault(name, []).extend(parts)
+        ctx.notes.extend(headline_notes(source, result))
+        per_split = result.summary.filter(pa.compute.and_(pa.compute.is_valid(result.summary["split"]),
+                                                          pa.compute.equal(result.summary["audit_id"], "robust[all]")))
+        ambiguous_all += sum(per_split["ambiguous"].to_pylist())
+    _cross_check(ctx, ambiguous_all)
+    return out
+
+
+def _cross_check(ctx, ambiguous_all: int) -> None:  # noqa: ANN001
+    """The spec's pooled [[audits]] entry (split and model inside the fiber key) must agree with the stage."""
+    for audit_id, audit in ctx.audits.items():
+        rows = audit.summary.to_pylist()
+        if len(rows) != 1 or rows[0]["claim"] != CLAIM or "confidence_decile" not in rows[0]["evidence"]:
+            continue
+        pooled = rows[0]["ambiguous"]
+        if pooled != ambiguous_all:
+            raise AssertionError(f"{audit_id}: pooled audit finds {pooled} ambiguous candidates, the [vision] "
+                                 f"stage {ambiguous_all}: the two evidence computations disagree")
+        ctx.notes.append(f"{audit_id}: pooled fiber audit agrees with the vision stage ({pooled} ambiguous)")
+
+
+def headline_notes(source: str, result: VisionAudit) -> list[str]:
+    """One console line per dataset: the 'all corruptions' suite's headline numbers."""
+    m = {(r["experiment"], r["metric"]): r for r in result.metrics.to_pylist()}
+    key = "robust[all]"
+    if (key, "median_ambiguous_fraction") not in m:
+        return []
+
+    def pct(metric: str) -> str:
+        r = m.get((key, metric))
+        if r is None or r["value"] is None:
+            return "n/a"
+        ci = f" [{r['ci_low']:.0%}, {r['ci_high']:.0%}]" if r.get("ci_low") is not None else ""
+        return f"{r['value']:.1%}{ci}"
+
+    boot = (key, "median_ambiguous_fraction_bootstrap") in m
+    amb = pct("median_ambiguous_fraction_bootstrap" if boot else "median_ambiguous_fraction")
+    return [f"{source}: median ambiguous {amb}; median clean accuracy {pct('median_clean_accuracy')}, "
+            f"robust {pct('median_robust_accuracy')}; clean winner ≠ robustness winner in "
+            f"{pct('clean_winner_differs_from_robust_winner')} of splits, ≠ certification winner in "
+            f"{pct('clean_winner_differs_from_certification_winner')}"]
