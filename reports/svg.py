@@ -62,8 +62,8 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """About ``n`` round tick values covering [lo, hi] (steps of 1, 2 or 5 × 10^k)."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return [0.0]
-    if hi <= lo:
-        hi = lo + (abs(lo) or 1.0)
+    if hi - lo <= 1e-9 * max(1.0, abs(lo), abs(hi)):  # one value (or float noise): give it a unit range
+        hi = lo + max(1.0, abs(lo))
     raw = (hi - lo) / max(n, 1)
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
