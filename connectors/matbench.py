@@ -7,10 +7,12 @@ Where the data come from, in order:
   the cell formula and, for structure tasks, ``spg_num`` and ``crys_sys``), the official folds
   ``matbench_v0.1_validation.json.gz`` and ``benchmarks/<submission>/results.json.gz``; every file is
   checked against the sha256 the mirror's MANIFEST lists (embedded below: :data:`MIRROR_SHA256`);
-* otherwise, with internet, matminer's ``load_dataset("matbench_<task>")`` (the figshare files,
-  verified by matminer), reduced to the same columns (formula from the structure, space group and
-  crystal system from pymatgen's ``SpacegroupAnalyzer``; slow for the 100k-structure tasks, cached
-  in ``raw/``); folds and leaderboard files from GitHub at the pinned commit.
+* otherwise, with internet: the same artifact from GitHub at the pinned commit (sha256-verified,
+  and it carries space groups), and if that download fails, matminer's
+  ``load_dataset("matbench_<task>")`` (the figshare files, verified by matminer), reduced to the same
+  columns (formula from the structure, space group and crystal system from pymatgen's
+  ``SpacegroupAnalyzer``; slow for the 100k-structure tasks, cached in ``raw/``); folds and
+  leaderboard files from GitHub at the pinned commit.
 
 Tables written to ``$DCAUDIT_HOME/tables/matbench/``:
 
@@ -446,7 +448,11 @@ def load_with_matminer(task: str, settings: Settings) -> pl.DataFrame:
                                  f"$DCAUDIT_MIRROR/{src.mirror_paths[0]} or allow matminer to download it")
     datasets = require("matminer.datasets", "materials")
     info = TASKS[task]
-    frame = datasets.load_dataset(f"matbench_{task}")
+    try:
+        frame = datasets.load_dataset(f"matbench_{task}")
+    except Exception as exc:  # network, hash or parse failures inside matminer
+        raise MissingSourceError(f"matbench_{task}: neither the mirror/GitHub artifact nor matminer's "
+                                 f"load_dataset could provide it ({type(exc).__name__}: {exc})") from exc
     n = len(frame)
     mbid = [f"mb-{task.replace('_', '-')}-{i + 1:0{len(str(n))}d}" for i in range(n)]  # Matbench's id scheme
     cols: dict[str, list] = {"mbid": mbid, info.target: frame[info.target].tolist()}
