@@ -50,11 +50,8 @@ audit-matbench: install  ## Matbench v0.1 (composition, leaderboard, Magpie) and
 audit-vision: install  ## vision: digits (8 models, 4 corruptions, 25 splits) and MNIST-C — do clean predictions decide robustness?
 	$(DCAUDIT) run vision
 
-audit-all: install  ## every built-in spec
-	$(DCAUDIT) run tox21
-	$(DCAUDIT) run jarvis
-	$(MAKE) --no-print-directory audit-matbench
-	$(DCAUDIT) run vision
+audit-all: install  ## every built-in spec (dcaudit run --all: reuses unchanged results, exit 1/2/75 on trouble)
+	$(DCAUDIT) run --all
 	$(MAKE) --no-print-directory simulate
 
 simulate: install  ## controlled response-space experiments with the paper's seeds (DESIGN §6)

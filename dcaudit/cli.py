@@ -76,7 +76,9 @@ Exit status (for schedulers):
   1   an audit failed while running (the catalog records it as failed)
   2   bad input: an unknown or invalid spec, a tampered or missing source file
   75  locked: another run of the spec (or another batch) is in progress; retry later
-With several specs the most serious status wins (1, then 2, then 75).
+With several specs the most serious status wins (1, then 2, then 75); a spec whose source is
+not available offline (e.g. matbench-discovery without the WBM summary) is reported as skipped
+and does not fail a batch (run alone, it exits 2).
 """
 
 
@@ -116,14 +118,17 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
             if not as_json:
                 _show_outcome(outcome, quiet=quiet, as_json=False)
             outcomes.append(outcome)
-    code = _batch_exit_code([o["exit_code"] for o in outcomes])
+    code = _batch_exit_code([o["exit_code"] for o in outcomes if o["status"] != "skipped"])
     if as_json:
         click.echo(json.dumps(outcomes, default=str, indent=1))
     elif not quiet:
         recap = pa.Table.from_pylist([{k: o[k] for k in ("spec", "status", "run_id", "seconds", "error")}
                                       for o in outcomes])
         _print_table(recap, as_json=False)
-        click.echo(f"{sum(o['exit_code'] == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok; exit status {code}")
+        skipped = sum(o["status"] == "skipped" for o in outcomes)
+        click.echo(f"{sum(o['exit_code'] == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok"
+                   + (f", {skipped} skipped (source not available offline)" if skipped else "")
+                   + f"; exit status {code}")
     sys.exit(code)
 
 
@@ -144,7 +149,7 @@ def _run_one(settings: Settings, name: str, *, force: bool, quiet: bool) -> dict
     """Run one spec; never raises: the outcome says what happened and which exit code it maps to."""
     import traceback
 
-    from dcaudit.errors import RunLockedError
+    from dcaudit.errors import MissingSourceError, RunLockedError
     from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import load_spec
 
@@ -154,6 +159,8 @@ def _run_one(settings: Settings, name: str, *, force: bool, quiet: bool) -> dict
         result = run_spec(load_spec(name), settings, reuse=not force, quiet=quiet)
     except RunLockedError as exc:
         outcome.update(status="locked", exit_code=exc.exit_code, error=str(exc))
+    except MissingSourceError as exc:
+        outcome.update(status="skipped", exit_code=exc.exit_code, error=str(exc))
     except DcauditError as exc:
         outcome.update(status="invalid", exit_code=exc.exit_code, error=str(exc))
     except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog
@@ -173,6 +180,9 @@ def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
     result = outcome.pop("_result", None)
     if as_json:
         click.echo(json.dumps(outcome, default=str, indent=1))
+        return
+    if outcome["status"] == "skipped":
+        click.secho(f"skipped: {outcome['spec']}: {outcome['error']}", fg="yellow", err=True)
         return
     if outcome["exit_code"] != 0:
         click.secho(f"error: {outcome['spec']}: {outcome['error']}", fg="red", err=True)

@@ -248,7 +248,7 @@ def _section_completion(pkg: Package) -> str:
         return ""
     cols = pkg.cols("completion")
     mean_rows = "seed IS NULL" if "seed" in cols else "TRUE"
-    keys = _present(pkg, "completion", ("audit_id", "claim", "setting", "experiment"))
+    keys = _present(pkg, "completion", ("audit_id", "setting", "experiment"))
     groups = pkg.sql(f"SELECT DISTINCT {_label_expr(pkg, 'completion', keys)} AS g FROM completion "
                      f"WHERE {mean_rows} ORDER BY g").column(0).to_pylist()
     parts = ["<h2 id='completion'>Completion curves</h2>",
