@@ -161,7 +161,8 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
                    CASE WHEN e.clean_correct = FALSE OR r.ok = FALSE THEN FALSE
                         WHEN e.clean_correct AND r.n_seen = sz.n_conditions THEN r.ok END AS y,
                    CASE WHEN e.predicted IS NULL THEN 'evidence missing (no clean prediction)'
-                        WHEN NOT (e.clean_correct = FALSE OR r.ok = FALSE) AND coalesce(r.n_seen, 0) < sz.n_conditions
+                        WHEN NOT coalesce(e.clean_correct = FALSE OR r.ok = FALSE, FALSE)
+                             AND coalesce(r.n_seen, 0) < sz.n_conditions
                         THEN 'claim missing (' || coalesce(r.n_seen, 0) || ' of ' || sz.n_conditions
                              || ' corrupted predictions)' END AS reason
             FROM {t['ev']} e CROSS JOIN sz LEFT JOIN {t['rob']} r USING (split, model, image_id, suite)""")
