@@ -8,7 +8,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
+.PHONY: help install lock test lint bench bench-1e8 audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -31,11 +31,14 @@ test: install  ## run the test suite (uses DCAUDIT_MIRROR for real data)
 lint: install  ## ruff
 	.venv/bin/ruff check .
 
-bench: install  ## performance benchmarks -> bench/results/
-	$(PY) bench/fiber_audit.py
+bench: install  ## performance benchmarks (1e6, 1e7 synthetic + Tox21/JARVIS) -> bench/results/latest.parquet
+	$(PY) bench/suite.py
 	$(PY) bench/completion.py
 	$(PY) bench/replay.py
 	$(PY) bench/jarvis_replay.py
+
+bench-1e8: install  ## fiber audit of 1e8 candidates x 8 binary columns (DuckDB memory_limit 8GB, spills beyond)
+	$(PY) bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas --memory-limit 8GB
 
 audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
 	$(DCAUDIT) run tox21
