@@ -51,10 +51,15 @@ REPLAY_SEEDS, REPLAY_SUPPORT = 100, 50
 # two engines must agree on (or that describe the result).
 
 def _duck(path: Path, memory_limit: str):  # noqa: ANN202 - a duckdb connection
+    import atexit
+    import shutil
+
     from dcaudit.config import load_settings
     from dcaudit.engine import connect
 
-    settings = load_settings().with_overrides(memory_limit=memory_limit, home=Path(tempfile.mkdtemp(dir=path.parent)))
+    home = Path(tempfile.mkdtemp(dir=path.parent))  # its tmp/ is DuckDB's spill directory
+    atexit.register(shutil.rmtree, home, True)
+    settings = load_settings().with_overrides(memory_limit=memory_limit, home=home)
     con = connect(settings)
     con.execute(f"CREATE VIEW cand AS SELECT * FROM read_parquet('{path}')")
     return con
