@@ -306,6 +306,7 @@ def replay_fibers_spark(
             f"SELECT CAST(s.seed AS BIGINT) AS seed, {', '.join('b.' + k for k in ev.key_columns)}, "
             f"count(*) AS n_cal, CAST(count_if(b.y) AS BIGINT) AS t_cal FROM {pairs} "
             f"WHERE b.reason IS NULL AND {member} GROUP BY s.seed, {', '.join('b.' + k for k in ev.key_columns)}"))
+        n_excluded = int(spark.sql(f"SELECT count(*) FROM {ev.view} WHERE reason IS NOT NULL").collect()[0][0])
     except Exception as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence on Spark: {exc}") from exc
     own = con is None
@@ -344,7 +345,8 @@ def replay_fibers_spark(
                NULL::DOUBLE AS tolerance
         FROM fs GROUP BY seed
     )"""
-    names = rp.ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber")
+    names = rp.ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
+                            n_excluded)
     try:
         return rp._replay_table(rp._fetch_per_seed(con, rp._per_seed_sql(ctes)), config, names, pooled=False)
     finally:
