@@ -1,0 +1,78 @@
+"""Packed fiber keys (one BIGINT per candidate) give exactly the tables of the plain multi-column grouping."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dcaudit.audits import fibers
+from dcaudit.audits.claims import parse_claim
+from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+
+ROW = st.fixed_dictionaries({
+    "a": st.none() | st.integers(-3, 3),
+    "b": st.none() | st.booleans(),
+    "c": st.none() | st.integers(-(2**40), 2**40),
+    "x": st.none() | st.floats(-5, 5, allow_nan=False),
+    "y": st.none() | st.integers(0, 1),
+})
+
+
+def _both(rows: list[dict], columns: tuple[str, ...], rule: str, missing: str, monkeypatch) -> tuple:  # noqa: ANN001
+    table = pa.Table.from_pylist([{**r, "id": i} for i, r in enumerate(rows)], schema=pa.schema([
+        ("a", pa.int8()), ("b", pa.bool_()), ("c", pa.int64()), ("x", pa.float64()), ("y", pa.int32()),
+        ("id", pa.int64())]))
+    out = []
+    for packed in (True, False):
+        con = duckdb.connect()
+        con.register("src", table)
+        con.execute("CREATE TABLE t AS SELECT * FROM src")
+        seen: list[object] = []
+        real = fibers._key_ranges
+
+        def spy(*args, _packed=packed, _real=real, _seen=seen):  # noqa: ANN002, ANN202
+            ranges = _real(*args) if _packed else None
+            _seen.append(ranges)
+            return ranges
+
+        monkeypatch.setattr(fibers, "_key_ranges", spy)
+        res = fibers.audit_fibers(con, "t", id_column="id", evidence=EvidenceMap(columns, parse_fiber_rule(rule), missing),
+                                  claim=parse_claim("y = 1"), min_support=2, labels=fibers.AuditLabels("s", "a"))
+        out.append((res, seen[0]))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(ROW, min_size=1, max_size=40),
+       case=st.sampled_from([(("a", "b"), "exact", "drop"), (("a", "b", "c"), "exact", "as-value"),
+                             (("x",), "quantile:4", "drop"), (("x", "a"), "width:0.7", "as-value"),
+                             (("c",), "exact", "drop")]))
+def test_packed_and_plain_grouping_agree(rows: list[dict], case: tuple) -> None:
+    columns, rule, missing = case
+    with pytest.MonkeyPatch.context() as mp:
+        (packed, ranges), (plain, _) = _both(rows, columns, rule, missing, mp)
+    for name in ("summary", "fibers", "candidates"):
+        assert getattr(packed, name).equals(getattr(plain, name)), name
+    if rule.startswith("quantile") or columns == ("a", "b"):
+        assert ranges is not None  # small ranges were packed
+
+
+def test_wide_and_huge_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"a": 1, "b": True, "c": c, "x": 0.0, "y": c % 2} for c in (-(2**40), 0, 2**40)]
+    (packed, ranges), (plain, _) = _both(rows * 3, ("a", "c"), "exact", "drop", monkeypatch)
+    assert ranges is not None  # 2**41 values still pack (< 2**62 combinations)
+    assert packed.summary.equals(plain.summary) and packed.fibers.equals(plain.fibers)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS id, i * 4611686018427387 AS p, i * 3 AS q, i % 2 AS y "
+                "FROM range(10) r(i)")
+    from dcaudit.audits.evidence import evidence_select
+
+    ev = evidence_select(con, "t", "id", EvidenceMap(("p", "q")), parse_claim("y = 1"), ["id", "p", "q", "y"])
+    con.execute(f"CREATE VIEW e AS {ev.sql}")
+    assert fibers._key_ranges(con, "e", ev, EvidenceMap(("p", "q")), "t") is None  # beyond 2**62: not packed
+    res = fibers.audit_fibers(con, "t", id_column="id", evidence=EvidenceMap(("p", "q")), claim=parse_claim("y = 1"),
+                              labels=fibers.AuditLabels("s", "a"))
+    assert res.summary["n_fibers"][0].as_py() == 10
