@@ -257,13 +257,36 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
                     for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
                         collected.setdefault(table, []).extend(parts)
             tables = {name: concat(parts) for name, parts in collected.items() if parts}
-            return tables, {"timings": timings, "notes": ctx.notes, "source": source_name}
+            return tables, {"timings": timings, "notes": ctx.notes, "source": source_name,
+                            "sources": source_provenance(prepared)}
         finally:
             con.close()
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
                        reuse=reuse, quiet=quiet)
+
+
+_PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")
+
+
+def source_provenance(prepared: PreparedSource | Path) -> list[dict[str, str]]:
+    """Where each input table came from (the connector's Parquet metadata): origin, URL, sha256, licence."""
+    if isinstance(prepared, Path):
+        return [{"table": prepared.name, "origin": str(prepared), "sha256": next(iter(input_hash(prepared).values()))}]
+    out = []
+    for name, path in prepared.tables.items():
+        try:
+            meta = pq.read_schema(path).metadata or {}
+        except Exception:  # noqa: BLE001 - provenance is informative; the run already read the table
+            meta = {}
+        row = {"table": name, "path": str(path)}
+        for key in _PROVENANCE_KEYS:
+            value = meta.get(f"dcaudit.{key}".encode())
+            if value:
+                row[key] = value.decode()
+        out.append(row)
+    return out
 
 
 def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnection,

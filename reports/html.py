@@ -43,7 +43,8 @@ code,pre{background:#f6f6f6;font-size:12px}pre{padding:.6em;overflow:auto;max-he
 
 
 class Package:
-    """A package directory read into Arrow tables, queried through an in-memory DuckDB connection."""
+    """A package directory as DuckDB views over its Parquet files (nothing is loaded whole: candidates
+    tables of large runs stay on disk), plus the schemas and row counts from the Parquet footers."""
 
     def __init__(self, run_dir: Path) -> None:
         self.dir = Path(run_dir)
@@ -52,17 +53,27 @@ class Package:
             raise IntegrityError("the evidence package is damaged:\n  " + "\n  ".join(problems)
                                  + "\nre-run its spec to produce a fresh package")
         self.manifest = read_manifest(self.dir)
-        self.tables: dict[str, pa.Table] = {p.stem: pq.read_table(p) for p in sorted(self.dir.glob("*.parquet"))}
+        files = {p.stem: p for p in sorted(self.dir.glob("*.parquet"))}
+        self.schemas = {name: pq.read_schema(path) for name, path in files.items()}
+        self.rows = {name: pq.read_metadata(path).num_rows for name, path in files.items()}
         self.con = duckdb.connect()
-        for name, table in self.tables.items():
-            self.con.register(name, table)
+        for name, path in files.items():
+            self.con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet(\'{str(path).replace(chr(39), chr(39) * 2)}\')')
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.schemas)
 
     def has(self, name: str, *columns: str) -> bool:
-        t = self.tables.get(name)
-        return t is not None and t.num_rows > 0 and all(c in t.column_names for c in columns)
+        return self.rows.get(name, 0) > 0 and all(c in self.schemas[name].names for c in columns)
 
     def cols(self, name: str) -> set[str]:
-        return set(self.tables[name].column_names) if name in self.tables else set()
+        return set(self.schemas[name].names) if name in self.schemas else set()
+
+    def table(self, name: str, limit: int = MAX_ROWS) -> pa.Table:
+        """The first ``limit`` rows of a table, without its run_id (every row has the same one)."""
+        cols = [c for c in self.schemas[name].names if c != "run_id"]
+        return self.sql(f"SELECT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM \"{name}\" LIMIT {int(limit)}")
 
     def sql(self, query: str) -> pa.Table:
         return self.con.sql(query).to_arrow_table()
@@ -95,8 +106,10 @@ def _cell(column: str, value: object) -> tuple[str, bool]:
     return escape(text if len(text) <= 80 else text[:77] + "…"), False
 
 
-def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "") -> str:
+def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "", total: int | None = None) -> str:
+    """``total``: the table's full row count when ``table`` is already a prefix of it."""
     shown = table.slice(0, max_rows)
+    total = table.num_rows if total is None else total
     head = "".join(f"<th>{escape(c)}</th>" for c in shown.column_names)
     rows = []
     for row in shown.to_pylist():
@@ -106,8 +119,8 @@ def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "") 
             cells.append(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = ""
-    if table.num_rows > max_rows:
-        more = f'<p class="note">first {max_rows} of {table.num_rows} rows shown; the Parquet file has all.</p>'
+    if total > shown.num_rows:
+        more = f'<p class="note">first {shown.num_rows} of {total} rows shown; the Parquet file has all.</p>'
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
 
@@ -154,7 +167,7 @@ def _section_summary(pkg: Package) -> str:
             f'<span class="kpi"><b>{first["n_candidates"]}</b>candidates (first audit)</span>'
             f'<span class="kpi"><b>{100 * (first.get("certified_fraction") or 0):.3g}%</b>certified</span>'
             f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
-            f'<span class="kpi"><b>{pkg.tables["summary"].num_rows}</b>audit rows</span></div>')
+            f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
         bars = [svg.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
         parts.append(svg.stacked_bars(bars, title="Candidates by status, per audit"))
     cols = ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support", "n_candidates", "n_excluded",
@@ -225,8 +238,9 @@ def _section_fibers(pkg: Package) -> str:
     where = ("TRUE" if audits == [None] else
              "audit_id IN (" + ", ".join("'" + a.replace("'", "''") + "'" for a in audits) + ")")
     table = pkg.sql(f"SELECT {', '.join(chr(34) + c + chr(34) for c in wanted)}{share} FROM fibers "
-                    f"WHERE {where} ORDER BY {mixed_first}n DESC")
-    parts.append(html_table(table))
+                    f"WHERE {where} ORDER BY {mixed_first}n DESC LIMIT {MAX_ROWS}")
+    total = pkg.sql(f"SELECT count(*) FROM fibers WHERE {where}").column(0)[0].as_py()
+    parts.append(html_table(table, total=total))
     return "".join(parts)
 
 
@@ -334,18 +348,18 @@ def _section_sensitivity(pkg: Package) -> str:
                                                                    ("unsupported", r["u"] or 0.0)))
                                        for r in rows], title="Candidates by status, per fiber rule",
                                       colours={**svg.STATUS_COLOURS, "certified": "#009E73"}))
-    parts.append(html_table(pkg.tables["sensitivity"].drop([c for c in ("run_id",) if c in cols])))
+    parts.append(html_table(pkg.table("sensitivity"), total=pkg.rows["sensitivity"]))
     return "".join(parts)
 
 
 def _section_choice(pkg: Package) -> str:
     if not pkg.has("choice"):
         return ""
-    t = pkg.tables["choice"]
+    t = pkg.schemas["choice"]
     parts = ["<h2 id='choice'>Model choice</h2>",
              '<p class="note">Rank by the benchmark metric versus rank by what each model certifies: when '
              "they disagree, the leaderboard winner is not the deployment winner.</p>"]
-    if {"model", "certified_fraction"} <= set(t.column_names):
+    if {"model", "certified_fraction"} <= set(t.names):
         keys = _present(pkg, "choice", ("setting", "split", "experiment"))
         label = _label_expr(pkg, "choice", ("model", *keys))
         rows = pkg.sql(f"SELECT {label} AS label, avg(certified_fraction) AS v, min(certified_fraction) AS lo, "
@@ -354,19 +368,19 @@ def _section_choice(pkg: Package) -> str:
         parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
                                         title="Certified fraction per model (mean; whisker = range)",
                                         x_label="certified fraction"))
-    parts.append(html_table(t.drop([c for c in ("run_id",) if c in t.column_names])))
+    parts.append(html_table(pkg.table("choice"), total=pkg.rows["choice"]))
     return "".join(parts)
 
 
 def _section_metrics(pkg: Package) -> str:
     if not pkg.has("metrics"):
         return ""
-    t = pkg.tables["metrics"]
+    t = pkg.schemas["metrics"]
     parts = ["<h2 id='metrics'>Metrics</h2>"]
-    if {"metric", "value"} <= set(t.column_names):
+    if {"metric", "value"} <= set(t.names):
         keys = _present(pkg, "metrics", ("experiment", "setting", "audit_id", "metric"))
-        lo = "ci_low" if "ci_low" in t.column_names else "NULL"
-        hi = "ci_high" if "ci_high" in t.column_names else "NULL"
+        lo = "ci_low" if "ci_low" in t.names else "NULL"
+        hi = "ci_high" if "ci_high" in t.names else "NULL"
         rows = pkg.sql(f"SELECT {_label_expr(pkg, 'metrics', keys)} AS label, value AS v, {lo} AS lo, {hi} AS hi "
                        "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
                        f"LIMIT {MAX_BARS}").to_pylist()
@@ -374,17 +388,16 @@ def _section_metrics(pkg: Package) -> str:
             parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
                                             title="Metrics in [0, 1] (whisker = confidence interval)",
                                             x_label="value"))
-    parts.append(html_table(t.drop([c for c in ("run_id",) if c in t.column_names])))
+    parts.append(html_table(pkg.table("metrics"), total=pkg.rows["metrics"]))
     return "".join(parts)
 
 
 def _section_other(pkg: Package) -> str:
-    extra = [n for n in pkg.tables if n not in PACKAGE_TABLES]
+    extra = [n for n in pkg.names if n not in PACKAGE_TABLES]
     parts = []
     for name in extra:
-        t = pkg.tables[name]
         parts.append(f"<h2 id='{escape(name)}'>{escape(name)}</h2>"
-                     + html_table(t.drop([c for c in ("run_id",) if c in t.column_names]), max_rows=30))
+                     + html_table(pkg.table(name, 30), max_rows=30, total=pkg.rows[name]))
     return "".join(parts)
 
 
@@ -404,6 +417,11 @@ def _section_provenance(pkg: Package) -> str:
     if inputs:
         parts.append("<h3>Inputs</h3>" + html_table(pa.table({"input": list(inputs), "sha256": list(inputs.values())}),
                                                    max_rows=200))
+    sources = [r for r in (m.get("sources") or []) if isinstance(r, dict)]
+    if sources:
+        keys = list(dict.fromkeys(k for r in sources for k in r))
+        parts.append("<h3>Sources</h3>" + html_table(pa.table({k: [str(r.get(k, "")) for r in sources]
+                                                               for k in keys}), max_rows=200))
     timings = m.get("timings") or {}
     if timings:
         parts.append("<h3>Stage timings</h3>" + html_table(pa.table({"stage": list(timings),

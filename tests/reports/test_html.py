@@ -58,7 +58,8 @@ min_support = 50
 @given(st.floats(-1e6, 1e6), st.floats(0, 1e6))
 def test_nice_ticks_cover_the_range_with_round_steps(lo: float, span: float) -> None:
     ticks = svg.nice_ticks(lo, lo + span)
-    assert ticks[0] <= lo + 1e-6 * max(1.0, abs(lo)) and ticks[-1] >= lo + span - 1e-6 * max(1.0, abs(lo + span))
+    tol = 1e-6 * max(1.0, abs(lo), span)   # float noise, far below a pixel
+    assert ticks[0] <= lo + tol and ticks[-1] >= lo + span - tol
     assert 2 <= len(ticks) <= 13 and ticks == sorted(ticks)
 
 
@@ -108,9 +109,11 @@ def test_every_run_gets_a_self_contained_report(run: dict) -> None:
     html = report.read_text()
     for section in ("summary", "fibers", "candidates", "completion", "replay", "provenance"):
         assert f"id='{section}'" in html
-    # offline: no scripts, stylesheets, images or fonts from anywhere (the only URL is the SVG namespace)
-    assert not re.search(r"<script|<link|<img|<iframe|url\(|@import", html, re.I)
-    assert set(re.findall(r"https?://[^\s\"'<]+", html)) <= {"http://www.w3.org/2000/svg"}
+    # offline: no scripts, stylesheets, images or fonts from anywhere; URLs appear only as text (the
+    # source's download address in the provenance) and as the SVG namespace, never as something to load
+    assert not re.search(r"<script|<link|<img|<iframe|<object|<embed|url\(|@import", html, re.I)
+    assert not re.search(r"""(src|href|xlink:href)\s*=\s*["']?\s*(https?:|//|file:)""", html, re.I)
+    assert "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/tox21.csv.gz" in html   # provenance
     manifest = json.loads((Path(run["package_dir"]) / "manifest.json").read_text())
     assert manifest["inputs"]["tox21.csv.gz"] in html and manifest["code_hash"] in html
     assert "97.9%" in html and "4297" in html           # the paper's ambiguous fraction, from the summary
