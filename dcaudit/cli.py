@@ -67,7 +67,7 @@ def _print_table(table: pa.Table, as_json: bool) -> None:
         out.add_column(name)
     for row in table.to_pylist():
         out.add_row(*["" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()])
-    Console().print(out)
+    Console(width=None if sys.stdout.isatty() else 160).print(out)  # logs: wide enough to read
 
 
 EXIT_CODES = """\b
@@ -321,16 +321,19 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
 
     con = duckdb.connect()
     con.register("d", diff.audits)
-    keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in diff.audits.column_names]
-    shown = con.sql(f"SELECT {', '.join(keys)}, round(100 * certified_before, 3) AS \"certified % before\", "
-                    "round(100 * certified_after, 3) AS \"after\", round(100 * certified_change, 3) AS \"Δ pp\", "
-                    "round(100 * ambiguous_before, 3) AS \"ambiguous % before\", round(100 * ambiguous_after, 3) "
-                    "AS \"after \", round(100 * ambiguous_change, 3) AS \"Δ pp \", n_before, n_after FROM d"
-                    ).to_arrow_table()
+    keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in diff.audits.column_names
+            and diff.audits.column(c).null_count < diff.audits.num_rows]
+    shown = con.sql(f"SELECT {', '.join(keys)}, round(100 * certified_before, 3) AS \"cert % before\", "
+                    "round(100 * certified_after, 3) AS \"cert % after\", round(100 * certified_change, 3) AS "
+                    "\"Δ cert pp\", round(100 * ambiguous_before, 3) AS \"amb % before\", round(100 * "
+                    "ambiguous_after, 3) AS \"amb % after\", round(100 * ambiguous_change, 3) AS \"Δ amb pp\", "
+                    "n_before, n_after FROM d").to_arrow_table()
     _print_table(shown, as_json=False)
-    moved = con.sql("SELECT count(*) FROM d WHERE coalesce(abs(certified_change), 1) > 1e-12 OR "
-                    "coalesce(abs(ambiguous_change), 1) > 1e-12").fetchall()[0][0]
-    click.echo(f"{moved} of {diff.audits.num_rows} audit row(s) moved")
+    moved, new, gone = con.sql(
+        "SELECT count(*) FILTER (abs(certified_change) > 1e-12 OR abs(ambiguous_change) > 1e-12), "
+        "count(*) FILTER (n_before IS NULL), count(*) FILTER (n_after IS NULL) FROM d").fetchall()[0]
+    click.echo(f"{moved} audit row(s) moved, {new} new, {gone} gone, "
+               f"{diff.audits.num_rows - moved - new - gone} unchanged")
 
 
 @cli.command()

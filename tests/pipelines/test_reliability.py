@@ -309,7 +309,7 @@ _raw_spec = st.one_of(_value, st.fixed_dictionaries(
     optional={k: _value for k in ("description", "replay", "completion", "sensitivity", "choice", "bogus")}))
 
 
-@hsettings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(_raw_spec)
 def test_spec_from_random_dicts_raises_only_dcaudit_errors(raw: object) -> None:
     try:
