@@ -223,8 +223,7 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
                 FROM {t['cand']} s LEFT JOIN {t['fib']} f
                   ON s.reason IS NULL AND f.suite = s.suite AND f.split = s.split AND f.model = s.model
                  AND f.predicted = s.predicted AND f.clean_correct = s.clean_correct
-                 AND f.confidence_decile = s.confidence_decile
-                ORDER BY s.suite, s.split, s.model, s.image_id""").to_arrow_table()
+                 AND f.confidence_decile = s.confidence_decile""").to_arrow_table()
         choice = con.sql(f"""WITH r AS (
                 SELECT s.*, o.model_rank FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
                 WHERE s.split IS NOT NULL),

@@ -512,30 +512,34 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
     The normalised view has the columns of ``PREDICTION_SCHEMA`` (``split`` 0 when absent;
     predicted/label/image_id as text so that '7' and 7 compare equal).
     """
-    columns = [r[0] for r in con.execute(f"DESCRIBE {view}").fetchall()]
+    types = {r[0]: r[1] for r in con.execute(f"DESCRIBE {view}").fetchall()}
+    columns = list(types)
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise InputError(f"missing column(s) {', '.join(missing)}; a predictions table needs "
                          f"{', '.join(REQUIRED_COLUMNS)} (optional: {', '.join(OPTIONAL_COLUMNS)}); "
                          f"found {', '.join(columns)}", file=file, column=missing[0])
-    row = row_column or "NULL::BIGINT"
-    order = f" ORDER BY {row_column}" if row_column else ""
     has_split = "split" in columns
-    for col in (*REQUIRED_COLUMNS, *(("split",) if has_split else ())):
-        bad = _first_row(con, f"SELECT {row} FROM {view} "
-                              f"WHERE {col} IS NULL OR trim(CAST({col} AS VARCHAR)) = ''{order}")
-        if bad is not None:
-            raise InputError("empty value", file=file, row=bad[0], column=col)
-    bad = _first_row(con, f"SELECT {row}, CAST(confidence AS VARCHAR) FROM {view} WHERE "
-                          f"coalesce(NOT isfinite(TRY_CAST(confidence AS DOUBLE)), TRUE){order}")
-    if bad is not None:
-        raise InputError(f"confidence must be a finite number, found {bad[1]!r}", file=file, row=bad[0],
-                         column="confidence")
+    checked = (*REQUIRED_COLUMNS, *(("split",) if has_split else ()))
+    # one scan for every value check: the first bad row per check (or a count when rows are unnumbered)
+    first = (lambda cond: f"min({row_column}) FILTER (WHERE {cond})") if row_column else (
+        lambda cond: f"CASE WHEN count_if({cond}) > 0 THEN -1 END")
+    # casting every value to text is the expensive part of a scan: only text columns can hold ''
+    checks = [("empty value", col, f"{col} IS NULL" + (f" OR trim({col}) = ''" if types[col] == "VARCHAR" else ""))
+              for col in checked]
+    checks.append(("confidence must be a finite number", "confidence",
+                   "coalesce(NOT isfinite(TRY_CAST(confidence AS DOUBLE)), TRUE)"))
     if has_split:
-        bad = _first_row(con, f"SELECT {row}, CAST(split AS VARCHAR) FROM {view} "
-                              f"WHERE TRY_CAST(split AS INTEGER) IS NULL{order}")
-        if bad is not None:
-            raise InputError(f"split must be an integer, found {bad[1]!r}", file=file, row=bad[0], column="split")
+        checks.append(("split must be an integer", "split", "TRY_CAST(split AS INTEGER) IS NULL"))
+    found_rows = con.execute(f"SELECT {', '.join(first(c) for _, _, c in checks)} FROM {view}").fetchall()[0]
+    for (message, col, cond), bad_row in zip(checks, found_rows, strict=True):
+        if bad_row is None:
+            continue
+        row = bad_row if row_column else None
+        value = con.execute(f"SELECT CAST({col} AS VARCHAR) FROM {view} WHERE {cond} "
+                            + (f"AND {row_column} = {bad_row}" if row_column else "") + " LIMIT 1").fetchall()[0][0]
+        shown = "" if message == "empty value" else f", found {value!r}"
+        raise InputError(message + shown, file=file, row=row, column=col)
     found = [r[0] for r in con.execute(
         f"SELECT DISTINCT CAST(condition AS VARCHAR) FROM {view} ORDER BY 1").fetchall()]
     if clean not in found:
@@ -546,24 +550,29 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
                          file=file, column="condition")
     if conditions is not None:
         allowed = list(dict.fromkeys([clean, *conditions]))
-        bad = _first_row(con, f"SELECT {row}, CAST(condition AS VARCHAR) FROM {view} "
-                              f"WHERE NOT list_contains({_sql_list(allowed)}, CAST(condition AS VARCHAR)){order}")
-        if bad is not None:
-            raise InputError(f"unknown condition {bad[1]!r}; declared: {', '.join(allowed)}", file=file,
-                             row=bad[0], column="condition")
-    split = "CAST(split AS INTEGER)" if has_split else "0"
-    keys = f"{split}, CAST(model AS VARCHAR), CAST(image_id AS VARCHAR), CAST(condition AS VARCHAR)"
-    dup = _first_row(con, f"""SELECT r, first_r, k_model, k_image, k_condition, k_split FROM (
-            SELECT {row} AS r, min({row}) OVER w AS first_r, count(*) OVER w AS n,
-                   CAST(model AS VARCHAR) AS k_model, CAST(image_id AS VARCHAR) AS k_image,
-                   CAST(condition AS VARCHAR) AS k_condition, {split} AS k_split
-            FROM {view} WINDOW w AS (PARTITION BY {keys}))
-        WHERE n > 1 AND (r IS NULL OR r > first_r) ORDER BY r""")
+        unknown = [c for c in found if c not in allowed]
+        if unknown:
+            bad_row, cond = None, unknown[0]
+            if row_column:
+                bad_row, cond = con.execute(
+                    f"SELECT {row_column}, CAST(condition AS VARCHAR) FROM {view} "
+                    f"WHERE list_contains({_sql_list(unknown)}, CAST(condition AS VARCHAR)) ORDER BY 1 LIMIT 1"
+                ).fetchall()[0]
+            raise InputError(f"unknown condition {cond!r}; declared: {', '.join(allowed)}", file=file,
+                             row=bad_row, column="condition")
+    split = ("split" if types.get("split") == "INTEGER" else "CAST(split AS INTEGER)") if has_split else "0"
+    keys = ", ".join([split] + [c if types[c] == "VARCHAR" else f"CAST({c} AS VARCHAR)"
+                                for c in ("model", "image_id", "condition")])
+    dup = _first_row(con, f"SELECT {keys} FROM {view} GROUP BY ALL HAVING count(*) > 1")
     if dup is not None:
-        earlier = f" (first at row {dup[1]})" if dup[1] is not None else ""
-        raise InputError(f"duplicate prediction for split {dup[5]}, model {dup[2]!r}, image {dup[3]!r}, "
-                         f"condition {dup[4]!r}{earlier}: each (split, model, image_id, condition) must occur once",
-                         file=file, row=dup[0], column="image_id")
+        rows = []
+        if row_column:
+            rows = [r[0] for r in con.execute(
+                f"SELECT {row_column} FROM {view} WHERE ({keys}) = (?, ?, ?, ?) ORDER BY 1", list(dup)).fetchall()]
+        earlier = f" (first at row {rows[0]})" if rows else ""
+        raise InputError(f"duplicate prediction for split {dup[0]}, model {dup[1]!r}, image {dup[2]!r}, "
+                         f"condition {dup[3]!r}{earlier}: each (split, model, image_id, condition) must occur once",
+                         file=file, row=rows[1] if rows else None, column="image_id")
     norm = f"{view}_predictions"
     extra = ", ".join(f"CAST({c} AS {t}) AS {c}" if c in columns else f"NULL::{t} AS {c}"
                       for c, t in (("corruption", "VARCHAR"), ("severity", "INTEGER")))
