@@ -48,14 +48,18 @@ def benchmark_metric_sql(relation: str, *, model_column: str, prediction: str, r
 
 def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: str, window: WindowSpec,
                  claim: Claim, config: ReplayConfig, labels: AuditLabels, model_column: str,
-                 metric: str = "mae") -> tuple[pa.Table, pa.Table]:
-    """(choice table, metrics table) from a per-model error-window replay on the same splits as [replay]."""
+                 metric: str = "mae", replay: pa.Table | None = None) -> tuple[pa.Table, pa.Table]:
+    """(choice table, metrics table) from a per-model error-window replay on the same splits as [replay].
+
+    ``replay``: that replay's table when the caller already has it (it is computed otherwise).
+    """
     if window.reference is None:
         raise SpecError("[choice] needs the reference column the benchmark metric compares predictions with")
     check_columns((model_column,), [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()],
                   what="[choice]")
-    replay = replay_windows(con, relation, id_column=id_column, window=window, claim=claim, config=config,
-                            labels=labels, model_column=model_column)
+    if replay is None:
+        replay = replay_windows(con, relation, id_column=id_column, window=window, claim=claim, config=config,
+                                labels=labels, model_column=model_column)
     bench = benchmark_metric_sql(relation, model_column=model_column, prediction=window.column,
                                  reference=window.reference, metric=metric)
     con.register("_choice_replay", replay)

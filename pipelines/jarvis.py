@@ -6,8 +6,9 @@ Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / `
   taken from the second column of its file, as a reader by position would. Three contribution files
   are ``id,target,prediction`` (ALIGNN, AtomGPT, CGCNN), so their "predictions" become the reference
   values: benchmark MAE 0 (PAPER-NOTES §5.1 "ALIGNN formation-energy MAE 0.0"), a window tolerance of
-  ~0, and almost nothing certified. Rows go to replay.parquet with audit_id ``<audit>:by-position``;
-  each file's ``mae_by_position`` goes to metrics (experiment ``jarvis:by-position``).
+  ~0, and almost nothing certified. Rows go to replay.parquet and choice.parquet (the paper's model
+  choice: ALIGNN "best" by MAE 0.0) with audit_id ``<audit>:by-position``; each file's
+  ``mae_by_position`` goes to metrics (experiment ``jarvis:by-position``).
 * ``[jarvis.probe_baseline]`` — the paper's completion baseline (PAPER-NOTES §6.3): the 1-D fiber of
   the reference formation energy at ``fiber_rule`` (64 quantile bins) over every material with the
   claim (5572), not over the 187 MBJ materials of the completion curve; replayed with the given
@@ -20,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dcaudit.audits.choice import model_choice
 from dcaudit.audits.claims import parse_claim, quote_identifier
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels
@@ -76,11 +78,17 @@ def jarvis_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
             task = tasks[audit_id]
             column = task.evidence.columns[0]
             view = by_position_view(ctx, ctx.view_for(task.table), column)
-            out["replay"].append(replay_windows(
-                ctx.con, view, id_column=ctx.spec.id_column,
-                window=WindowSpec(column, section.tolerance, section.reference), claim=task.claim,
-                config=section.config, labels=AuditLabels(ctx.source, f"{audit_id}:by-position"),
-                model_column=section.model_column))
+            window = WindowSpec(column, section.tolerance, section.reference)
+            labels = AuditLabels(ctx.source, f"{audit_id}:by-position")
+            replay = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
+                                    config=section.config, labels=labels, model_column=section.model_column)
+            out["replay"].append(replay)
+            if section.model_column:  # the paper's model choice: ALIGNN "wins" on MAE 0.0
+                choice, metrics = model_choice(ctx.con, view, id_column=ctx.spec.id_column, window=window,
+                                               claim=task.claim, config=section.config, labels=labels,
+                                               model_column=section.model_column, replay=replay)
+                out.setdefault("choice", []).append(choice)
+                out["metrics"].append(metrics)
         out["metrics"].append(position_metrics(ctx))
     base = raw.get("probe_baseline")
     if base is not None:

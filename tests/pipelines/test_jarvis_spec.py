@@ -72,7 +72,7 @@ def test_replay_near_the_paper(run: dict[str, pl.DataFrame]) -> None:
 
 
 def test_choice_and_completion(run: dict[str, pl.DataFrame]) -> None:
-    choice = run["choice"].filter(pl.col("seed").is_not_null())
+    choice = run["choice"].filter(pl.col("seed").is_not_null() & (pl.col("audit_id") == "fe-gap"))
     assert choice.height == 15 * 3
     per_seed = choice.group_by("seed").agg(pl.col("chosen_by_benchmark").sum(), pl.col("chosen_by_certification").sum())
     assert (per_seed["chosen_by_benchmark"] == 1).all() and (per_seed["chosen_by_certification"] == 1).all()
@@ -143,6 +143,9 @@ def test_paper_reading_by_position(run: dict[str, pl.DataFrame]) -> None:
     by_name = alignn.filter(pl.col("audit_id") == "fe-gap")["certified_fraction"].mean()
     by_position = alignn.filter(pl.col("audit_id") == "fe-gap:by-position")["certified_fraction"].mean()
     assert by_position < 0.005 < by_name  # a zero-width window certifies (almost) nothing
+    paper_choice = run["choice"].filter((pl.col("audit_id") == "fe-gap:by-position") & pl.col("seed").is_not_null()
+                                        & (pl.col("chosen_by_benchmark") == 1))
+    assert paper_choice["model"].unique().to_list() == ["alignn_model"]  # the paper's benchmark-MAE choice
     baseline = run["replay"].filter((pl.col("audit_id") == "probe-baseline") & pl.col("seed").is_null()
                                     & (pl.col("policy") == "certified_only"))
     assert baseline["n_test"][0] == pytest.approx(0.3 * 5572, rel=0.05)
