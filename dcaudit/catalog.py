@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
     spec VARCHAR,
     spec_hash VARCHAR,
     input_hashes VARCHAR,      -- JSON object: input name -> sha256
-    status VARCHAR,            -- running | succeeded | failed | reused | damaged (package files changed since)
+    status VARCHAR,            -- running | succeeded | failed | reused | skipped (source not available) | damaged
     started_at TIMESTAMP,
     finished_at TIMESTAMP,
     seconds DOUBLE,
@@ -138,6 +138,14 @@ class Catalog:
                      started_at=now, finished_at=now, seconds=seconds, package_version=earlier.package_version,
                      git_sha=earlier.git_sha, run_dir=str(earlier.run_dir), cache_key=cache_key,
                      code_hash=earlier.code_hash, reused_from=earlier.run_id)
+
+    def record_failure(self, run_id: str, *, spec: str, spec_hash: str, run_dir: Path, status: str, error: str,
+                       seconds: float, package_version: str, git_sha: str | None, code_hash: str | None) -> None:
+        """A run that ended before its inputs were known (e.g. a tampered mirror file): failed or skipped."""
+        now = _now()
+        self._insert(run_id=run_id, spec=spec, spec_hash=spec_hash, input_hashes="{}", status=status,
+                     started_at=now, finished_at=now, seconds=seconds, package_version=package_version,
+                     git_sha=git_sha, run_dir=str(run_dir), error=error, code_hash=code_hash)
 
     def _insert(self, **values: object) -> None:
         unknown = set(values) - set(_RUN_COLUMNS)

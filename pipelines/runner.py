@@ -42,7 +42,7 @@ from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource
 from dcaudit.connectors.table import ROW_ID, input_hash, register_file
 from dcaudit.engine import connect
-from dcaudit.errors import RunLockedError
+from dcaudit.errors import MissingSourceError, RunLockedError
 from dcaudit.reports.console import console
 from dcaudit.reports.package import concat, verify_package, write_package
 from dcaudit.spec import PipelineSpec
@@ -153,13 +153,24 @@ def _load_tables(run_dir: Path) -> dict[str, pa.Table]:
     return {p.stem: pq.read_table(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
 
 
+@contextlib.contextmanager
+def _spec_lock(lock: Path, name: str) -> Iterator[None]:
+    """The spec's run lock, taken without waiting: a scheduler retries on exit status 75."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(lock, wait=0.0, what=f"spec {name!r}"))
+        except RunLockedError:
+            raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later") from None
+        yield  # a RunLockedError from the run itself (e.g. the catalog lock) keeps its own message
+
+
 def execute_run(
     settings: Settings,
     *,
     name: str,
     spec_payload: Mapping[str, Any],
     spec_hash: str,
-    inputs: Mapping[str, str],
+    inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
     compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]],
     out_dir: Path | None = None,
     replace_existing: bool = False,
@@ -168,56 +179,65 @@ def execute_run(
 ) -> RunResult:
     """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields).
 
+    ``inputs`` (input name -> sha256) may be a callable that prepares the source: it then runs under the
+    spec lock (two runs never normalise the same source at once) and a failure there (a tampered mirror
+    file, a missing source) is recorded in the catalog too, as ``failed`` or ``skipped``.
+
     ``reuse``: when a succeeded run with the same cache key has an intact package, record a ``reused``
     run pointing at it and return its tables instead of computing (never for ``out_dir`` packages)."""
     catalog = Catalog(settings)
     run_id = new_run_id(name)
     run_dir = Path(out_dir) if out_dir else settings.runs_dir / run_id
     lock = settings.home / "locks" / f"{name}.lock"
-    try:
-        with file_lock(lock, wait=0.0, what=f"spec {name!r}"):
-            started = time.monotonic()
-            stale = catalog.mark_stale_runs_failed(name)
-            for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
-                shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
-            if stale and not quiet:
-                console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; "
-                              "marked failed[/yellow]")
-            sha, code = git_sha(), code_hash()
-            key = cache_key(spec_hash, inputs, dcaudit.__version__, code)
-            earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
-            if earlier is not None:
-                damaged = verify_package(earlier.run_dir)
-                if not damaged:
-                    seconds = time.monotonic() - started
-                    catalog.record_reuse(run_id, spec=name, earlier=earlier, cache_key=key, seconds=seconds)
-                    note = (f"{name}: unchanged since run {earlier.run_id} (same spec, inputs and code); "
-                            "reused its results (--force recomputes)")
-                    return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, (note,),
-                                     reused_from=earlier.run_id)
-                if not quiet:
-                    console.print(f"[yellow]run {earlier.run_id} matches but its package is damaged "
-                                  f"({damaged[0]}); recomputing[/yellow]")
-            catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
-                              package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir,
-                              cache_key=key, code_hash=code)
-            try:
-                tables, extra = compute()
-                manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
-                            "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
-                            "code_hash": code, "cache_key": key,
-                            "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
-                manifest["seconds"] = round(time.monotonic() - started, 3)
-                write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
-                              finalize=_write_report)
-            except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
-                catalog.finish_run(run_id, status="failed", seconds=time.monotonic() - started,
-                                   error=f"{type(exc).__name__}: {exc}")
-                raise
-            seconds = time.monotonic() - started
-            catalog.finish_run(run_id, status="succeeded", seconds=seconds)
-    except RunLockedError:
-        raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later") from None
+    with _spec_lock(lock, name):
+        started = time.monotonic()
+        stale = catalog.mark_stale_runs_failed(name)
+        for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
+            shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
+        if stale and not quiet:
+            console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; "
+                          "marked failed[/yellow]")
+        sha, code = git_sha(), code_hash()
+        try:
+            inputs = dict(inputs() if callable(inputs) else inputs)
+        except BaseException as exc:
+            catalog.record_failure(run_id, spec=name, spec_hash=spec_hash, run_dir=run_dir,
+                                   status="skipped" if isinstance(exc, MissingSourceError) else "failed",
+                                   error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started,
+                                   package_version=dcaudit.__version__, git_sha=sha, code_hash=code)
+            raise
+        key = cache_key(spec_hash, inputs, dcaudit.__version__, code)
+        earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
+        if earlier is not None:
+            damaged = verify_package(earlier.run_dir)
+            if not damaged:
+                seconds = time.monotonic() - started
+                catalog.record_reuse(run_id, spec=name, earlier=earlier, cache_key=key, seconds=seconds)
+                note = (f"{name}: unchanged since run {earlier.run_id} (same spec, inputs and code); "
+                        "reused its results (--force recomputes)")
+                return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, (note,),
+                                 reused_from=earlier.run_id)
+            if not quiet:
+                console.print(f"[yellow]run {earlier.run_id} matches but its package is damaged "
+                              f"({damaged[0]}); recomputing[/yellow]")
+        catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
+                          package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir,
+                          cache_key=key, code_hash=code)
+        try:
+            tables, extra = compute()
+            manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
+                        "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
+                        "code_hash": code, "cache_key": key,
+                        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+            manifest["seconds"] = round(time.monotonic() - started, 3)
+            write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
+                          finalize=_write_report)
+        except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
+            catalog.finish_run(run_id, status="failed", seconds=time.monotonic() - started,
+                               error=f"{type(exc).__name__}: {exc}")
+            raise
+        seconds = time.monotonic() - started
+        catalog.finish_run(run_id, status="succeeded", seconds=seconds)
     return RunResult(run_id, run_dir, tables, seconds, tuple(extra.get("notes", ())))
 
 
@@ -235,14 +255,17 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
              quiet: bool = False) -> RunResult:
     """Run every audit and section of ``spec``; the package lands in ``runs/<run_id>`` or ``out_dir``."""
     timings: dict[str, float] = {}
-    with stage_progress("source", timings, quiet=quiet):
-        prepared = prepare_source(spec, settings)
-    if isinstance(prepared, Path):
-        source_name, inputs = prepared.name, input_hash(prepared)
-    else:
-        source_name, inputs = prepared.name, prepared.inputs
+    source: dict[str, Any] = {}
+
+    def inputs() -> dict[str, str]:  # runs under the spec lock (see execute_run)
+        with stage_progress("source", timings, quiet=quiet):
+            prepared = prepare_source(spec, settings)
+        source["prepared"] = prepared
+        return input_hash(prepared) if isinstance(prepared, Path) else dict(prepared.inputs)
 
     def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        prepared = source["prepared"]
+        source_name = prepared.name
         con = connect(settings)
         try:
             ctx = _context(spec, settings, con, prepared, source_name)

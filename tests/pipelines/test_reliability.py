@@ -272,6 +272,9 @@ def test_damaged_mirror_file_is_refused_and_earlier_data_kept(tox21_home: Settin
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert ("rows, expected 7831" if damage == "truncated" else "fingerprint") in result.output
     assert sha256_file(table) == before                                  # earlier normalised data kept
+    failed = Catalog(Settings(home, None, "1GB", 1, True)).query(
+        "SELECT status, error FROM runs ORDER BY started_at").to_pylist()[-1]
+    assert failed["status"] == "failed" and "IntegrityError" in failed["error"]   # a scheduler's log sees it
     package = Path(json.loads(ok.output)["package_dir"])
     assert verify_package(package) == []
 
