@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from dcaudit.audits.claims import Claim, Node, check_columns
@@ -298,62 +299,33 @@ def replay_fibers_spark(
         member = "s.calibration"
         pairs = (f"{ev.view} b JOIN {split_view} s ON b.candidate_id = CAST(s.candidate_id AS STRING) "
                  f"AND s.seed >= {lo} AND s.seed < {hi}")
+    cols = ", ".join("b." + k for k in ev.key_columns)
     try:
-        fib = _to_arrow(spark.sql(
-            f"SELECT {keys}, count(*) AS n_f, CAST(count_if(y) AS BIGINT) AS t_f FROM {ev.view} "
-            f"WHERE reason IS NULL GROUP BY {keys}"))
-        cal = _to_arrow(spark.sql(
-            f"SELECT CAST(s.seed AS BIGINT) AS seed, {', '.join('b.' + k for k in ev.key_columns)}, "
-            f"count(*) AS n_cal, CAST(count_if(b.y) AS BIGINT) AS t_cal FROM {pairs} "
-            f"WHERE b.reason IS NULL AND {member} GROUP BY s.seed, {', '.join('b.' + k for k in ev.key_columns)}"))
+        # The only pass over candidates × seeds: members and trues per (seed, fiber key, half), as in DuckDB.
+        counts = _to_arrow(spark.sql(
+            f"SELECT CAST(s.seed - {lo} AS BIGINT) AS seed_index, {cols}, {member} AS cal, count(*) AS n, "
+            f"CAST(count_if(b.y) AS BIGINT) AS t FROM {pairs} WHERE b.reason IS NULL "
+            f"GROUP BY s.seed, {cols}, {member}"))
         n_excluded = int(spark.sql(f"SELECT count(*) FROM {ev.view} WHERE reason IS NOT NULL").collect()[0][0])
     except Exception as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence on Spark: {exc}") from exc
     own = con is None
     con = con or duckdb.connect()
-    rp._ensure_udf(con)
-    fib_a, cal_a = f"_sfa_{tag}", f"_sca_{tag}"
-    con.register(fib_a, fib)
-    con.register(cal_a, cal)
-    model = rp._lit(labels.model) if labels.model is not None else "NULL::VARCHAR"
-    on = " AND ".join(f"c.{k} IS NOT DISTINCT FROM r.{k}" for k in ev.key_columns)
-    seeds = rp._seeds_sql(config)
-    # Fiber ids as in DuckDB's replay (dense rank of the key); from here on the same SQL as replay_fibers.
-    ctes = f"""
-    fibk AS (SELECT *, CAST(dense_rank() OVER (ORDER BY {keys}) AS INTEGER) AS f FROM {fib_a}),
-    fib AS (SELECT f, n_f, t_f FROM fibk),
-    cal AS (SELECT c.seed, r.f, c.n_cal, c.t_cal FROM {cal_a} c JOIN fibk r ON {on}),
-    fs AS (
-        SELECT s.seed, fib.f, coalesce(cal.n_cal, 0) AS n_cal, coalesce(cal.t_cal, 0) AS t_cal,
-               fib.n_f - coalesce(cal.n_cal, 0) AS n_test, fib.t_f - coalesce(cal.t_cal, 0) AS t_test
-        FROM fib CROSS JOIN {seeds} LEFT JOIN cal ON cal.seed = s.seed AND cal.f = fib.f
-    ),
-    g AS (SELECT seed, 2 * sum(t_cal) > sum(n_cal) AS gmaj FROM fs GROUP BY seed),
-    b AS (
-        SELECT fs.*, g.gmaj, 2 * t_cal > n_cal AS maj,
-               {rp._bound_sql(config)} AS bound
-        FROM fs JOIN g USING (seed)
-    ),
-    units AS (
-        SELECT {model} AS model, seed, n_cal, t_cal, n_test, t_test, gmaj, maj, bound,
-               coalesce({rp._certified_sql(config)}, FALSE) AS certified,
-               CASE WHEN n_cal > 0 THEN maj ELSE gmaj END AS fm_dec
-        FROM b
-    ),
-    totals AS (
-        SELECT {model} AS model, seed, sum(n_cal) AS n_calibration, sum(n_test) AS n_test,
-               NULL::DOUBLE AS tolerance
-        FROM fs GROUP BY seed
-    )"""
-    names = rp.ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
-                            n_excluded)
+    name = f"_scounts_{tag}"
     try:
-        return rp._replay_table(rp._fetch_per_seed(con, rp._per_seed_sql(ctes)), config, names, pooled=False)
+        con.register(name, counts)
+        # Fiber ids: the dense rank of the key, as the DuckDB replay numbers them; then the same reduction.
+        arrays = con.execute(
+            f"SELECT seed_index, CAST(dense_rank() OVER (ORDER BY {keys}) AS BIGINT) AS f, cal, n, t "
+            f"FROM {name}").fetchnumpy()
     finally:
-        con.unregister(fib_a)
-        con.unregister(cal_a)
+        con.unregister(name)
         if own:
             con.close()
+    names = rp.ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
+                            n_excluded)
+    outcomes = rp._fiber_outcomes({k: np.asarray(v) for k, v in arrays.items()}, config, labels.model)
+    return rp._replay_table(outcomes, config, names, pooled=False)
 
 
 # ---------------------------------------------------------------------------------------------------

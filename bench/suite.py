@@ -285,10 +285,12 @@ def _agree(bench: str, results: dict) -> None:
     if not bench.startswith("fiber_audit"):
         return
     ref = results["duckdb"]["checks"]
+    # pandas' qcut and DuckDB's quantile_cont interpolate cut points with different rounding: a value
+    # lying exactly on a cut may land in the neighbouring bin (1 in 1e7 here); exact keys must match.
+    slack = 0 if bench == "fiber_audit:exact" else 1e-6 * max(ref["certified"], 1)
     for engine, r in results.items():
-        for key in ("n_fibers", "certified"):
-            if r["checks"][key] != ref[key]:
-                raise SystemExit(f"{bench}: {engine} finds {key} = {r['checks'][key]}, duckdb {ref[key]}")
+        if r["checks"]["n_fibers"] != ref["n_fibers"] or abs(r["checks"]["certified"] - ref["certified"]) > slack:
+            raise SystemExit(f"{bench}: {engine} finds {r['checks']}, duckdb {ref}")
 
 
 if __name__ == "__main__":
