@@ -45,7 +45,7 @@ def _both(rows: list[dict], columns: tuple[str, ...], rule: str, missing: str, m
     return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(rows=st.lists(ROW, min_size=1, max_size=40),
        case=st.sampled_from([(("a", "b"), "exact", "drop"), (("a", "b", "c"), "exact", "as-value"),
                              (("x",), "quantile:4", "drop"), (("x", "a"), "width:0.7", "as-value"),
