@@ -99,6 +99,9 @@ def main() -> None:
         print(f"  worker seconds: corrupt {run.timings['corrupt']:.2f}, fit {run.timings['fit']:.1f}, "
               f"predict {run.timings['predict']:.1f}; per split fit {min(p['fit'] for p in per):.1f}–"
               f"{max(p['fit'] for p in per):.1f} s")
+        print(f"  worker CPU seconds (fit + predict, load-independent): {run.timings['cpu']:.1f} "
+              f"= {run.timings['cpu'] / args.splits:.2f} per split; ideal 2-core wall ≈ "
+              f"{run.timings['cpu'] / args.n_jobs:.0f} s")
         print("  fit by model: " + ", ".join(f"{m} {run.timings['fit:' + m]:.1f}" for m in protocol.models))
         print(f"  audit (DuckDB, one pass, {run.table.num_rows:,} prediction rows): {audit_s:.2f} s "
               f"= {audit_s / run.wall_seconds:.1%} of the wall time; pandas loop {pandas_s:.2f} s "

@@ -42,7 +42,14 @@ Three producers:
 (c) **a user's predictions** (CSV, CSV.gz or Parquet) with the columns above (``split``,
     ``corruption``, ``severity`` optional): :func:`validate_predictions` checks them and names the
     file, row and column of the first problem — missing columns, empty keys, no ``clean`` rows,
-    conditions outside a declared list, duplicate (split, model, image_id, condition) rows.
+    conditions outside a declared list, duplicate (split, model, image_id, condition) rows. A spec
+    with ``[source] path = "preds.csv"`` and a ``[vision]`` section audits it (``conditions = [...]``
+    declares the corruption names).
+
+``prepare`` also writes ``images.parquet`` (one row per dataset × split × model × image:
+``candidate_id``, the clean evidence ``predicted``, ``clean_correct``, ``confidence``,
+``confidence_decile`` and the claim column ``robust``), which a plain ``[[audits]]`` entry can audit
+with dataset, split and model inside the fiber key. Tables live in ``$DCAUDIT_HOME/tables/vision/``.
 """
 
 from __future__ import annotations
@@ -236,6 +243,7 @@ class SplitResult:
     fit_seconds: dict[str, float] = field(default_factory=dict)
     predict_seconds: dict[str, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    cpu_seconds: float = 0.0  # process CPU time of the task (a shared machine inflates wall time, not this)
 
 
 def fit_and_predict(split: int, train_x: np.ndarray, train_y: np.ndarray, test: dict[str, np.ndarray],
@@ -255,6 +263,7 @@ def fit_and_predict(split: int, train_x: np.ndarray, train_y: np.ndarray, test: 
     fit_s: dict[str, float] = {}
     pred_s: dict[str, float] = {}
     x_train = np.asarray(train_x, dtype=np.float64).reshape(len(train_x), -1) / divisor
+    cpu = time.process_time()
     with threadpool_limits(1), warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         for m, name in enumerate(models):
@@ -274,7 +283,7 @@ def fit_and_predict(split: int, train_x: np.ndarray, train_y: np.ndarray, test: 
             pred_s[name] = time.perf_counter() - t
         caught = sorted({f"{type(w.message).__name__}: {str(w.message)[:120]}" for w in record})
     return SplitResult(split, tuple(models), names, np.asarray(test_index), pred, conf, fit_s, pred_s,
-                       tuple(caught))
+                       tuple(caught), time.process_time() - cpu)
 
 
 def predictions_table(results: Sequence[SplitResult], labels: np.ndarray,
@@ -329,7 +338,7 @@ def run_digits(protocol: DigitsProtocol = DigitsProtocol(), *, n_jobs: int = 2) 
     per_split = [{"split": r.split, "fit": sum(r.fit_seconds.values()), "predict": sum(r.predict_seconds.values())}
                  for r in results]
     timings = {"corrupt": corrupt_s, "fit": sum(p["fit"] for p in per_split),
-               "predict": sum(p["predict"] for p in per_split)}
+               "predict": sum(p["predict"] for p in per_split), "cpu": sum(r.cpu_seconds for r in results)}
     for m in protocol.models:
         timings[f"fit:{m}"] = sum(r.fit_seconds[m] for r in results)
     caught = tuple(sorted({w for r in results for w in r.warnings}))
