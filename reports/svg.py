@@ -18,6 +18,12 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 STATUS_COLOURS = {"certified_true": "#009E73", "certified_false": "#0072B2", "ambiguous": "#E69F00",
                   "unsupported": "#999999"}
 FONT = "font-family:system-ui,sans-serif;font-size:11px"
+LABEL_W = 250   # room for row labels of about 38 characters at 11 px
+
+
+def _short(label: str, n: int = 38) -> str:
+    """Row labels fit the label column; the full label is in the mark's tooltip."""
+    return label if len(label) <= n else label[: n - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
                  width: int = 620, bar_height: int = 16) -> str:
     """One horizontal bar per row, split into named shares of 100 %."""
     colours = colours or STATUS_COLOURS
-    label_w, top, legend_h = 190, 24, 22
+    label_w, top, legend_h = LABEL_W, 24, 22
     height = top + len(bars) * (bar_height + 4) + legend_h + 18
     scale = Scale(0.0, 1.0, label_w, width - 10)
     body = [f'<text x="4" y="14" font-weight="600">{escape(title)}</text>']
@@ -163,7 +169,7 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
     names: list[str] = []
     for i, bar in enumerate(bars):
         y = top + i * (bar_height + 4)
-        body.append(f'<text x="{label_w - 6}" y="{y + bar_height - 4}" text-anchor="end">{escape(bar.label[:32])}'
+        body.append(f'<text x="{label_w - 6}" y="{y + bar_height - 4}" text-anchor="end">{escape(_short(bar.label))}'
                     "</text>")
         x = scale(0.0)
         for name, value in bar.segments:
@@ -192,7 +198,7 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
 def interval_chart(rows: Sequence[Interval], *, title: str, x_label: str, percent: bool = True,
                    width: int = 620, row_height: int = 20) -> str:
     """A dot per row (the mean) with a whisker from ``lo`` to ``hi`` (e.g. p10–p90 over seeds)."""
-    label_w, top, bottom = 190, 24, 36
+    label_w, top, bottom = LABEL_W, 24, 36
     values = _finite([v for r in rows for v in (r.value, r.lo, r.hi)])
     if not values:
         return _svg(width, 40, title, [f'<text x="8" y="24">{escape(title)}: no data</text>'])
@@ -210,7 +216,7 @@ def interval_chart(rows: Sequence[Interval], *, title: str, x_label: str, percen
     for i, r in enumerate(rows):
         y = top + i * row_height + row_height / 2
         colour = PALETTE[i % len(PALETTE)]
-        body.append(f'<text x="{label_w - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(r.label[:32])}</text>')
+        body.append(f'<text x="{label_w - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(_short(r.label))}</text>')
         if r.lo is not None and r.hi is not None and math.isfinite(r.lo) and math.isfinite(r.hi):
             body.append(f'<line class="whisker" x1="{scale(r.lo):.1f}" x2="{scale(r.hi):.1f}" y1="{y:.1f}" '
                         f'y2="{y:.1f}" stroke="{colour}" stroke-width="2"/>')

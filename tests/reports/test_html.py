@@ -76,7 +76,7 @@ def test_stacked_bars_are_proportional() -> None:
     out = svg.stacked_bars([svg.StackedBar("x", (("certified_true", 0.25), ("ambiguous", 0.75)))], title="t",
                            width=610)
     widths = [float(w) for w in re.findall(r'class="bar"[^>]*width="([\d.]+)"', out)]
-    assert len(widths) == 2 and widths[1] == pytest.approx(3 * widths[0]) and sum(widths) == pytest.approx(410)
+    assert len(widths) == 2 and widths[1] == pytest.approx(3 * widths[0]) and sum(widths) == pytest.approx(610 - svg.LABEL_W - 10)
 
 
 def test_interval_chart_places_whiskers_around_the_dot() -> None:
