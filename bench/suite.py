@@ -198,15 +198,22 @@ def _jvm_peak_mb(spark) -> float | None:  # noqa: ANN001
 
 
 def worker(spec: dict) -> None:
+    import resource
+
     from results_table import peak_rss_mb
 
     path = Path(spec["path"])
+    before = resource.getrusage(resource.RUSAGE_SELF)
     if spec["engine"] == "duckdb":
         seconds, checks = run_duckdb(spec["bench"], path, spec["memory_limit"], spec)
     elif spec["engine"] == "pandas":
         seconds, checks = run_pandas(spec["bench"], path, spec)
     else:
         seconds, checks = run_spark(spec["bench"], path, spec)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    # CPU seconds of this process (all its threads; the JVM's not included): on a shared machine
+    # wall time is inflated by waiting for a core, CPU time much less so.
+    checks["cpu_seconds"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2)
     rss = peak_rss_mb() + (checks.pop("jvm_peak_rss_mb", None) or 0.0)
     print(json.dumps({"seconds": seconds, "peak_rss_mb": rss, "checks": checks}, default=str))
 
