@@ -169,7 +169,9 @@ def _section_summary(pkg: Package) -> str:
             f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
             f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
         bars = [svg.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
-        parts.append(svg.stacked_bars(bars, title="Candidates by status, per audit"))
+        n = pkg.rows["summary"]
+        parts.append(svg.stacked_bars(bars, title="Candidates by status, per audit"
+                                      + (f" (first {len(bars)} of {n} rows)" if n > len(bars) else "")))
     cols = ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support", "n_candidates", "n_excluded",
             "n_fibers", "n_mixed_fibers", "certified_true", "certified_false", "ambiguous", "unsupported",
             "certified_fraction", "ambiguous_fraction", "mixed_fiber_fraction", "prevalence",

@@ -186,7 +186,7 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
         if bar.note:
             body.append(f'<text x="{min(x + 4, width - 60):.1f}" y="{y + bar_height - 4}" fill="#333">'
                         f"{escape(bar.note)}</text>")
-    lx = label_w
+    lx = 4  # the legend starts under the labels so four status names fit the width
     for j, name in enumerate(names):
         colour = colours.get(name, PALETTE[j % len(PALETTE)])
         body.append(f'<rect x="{lx}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
