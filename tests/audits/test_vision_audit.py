@@ -8,7 +8,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dcaudit.audits import vision as va
@@ -154,7 +155,7 @@ def test_known_answer() -> None:
     assert (s3["unsupported"], s3["certified_false"]) == (2, 0)
 
 
-@settings(max_examples=15, deadline=None)
+@hypothesis_settings(max_examples=15, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2), st.integers(0, 4)),
                 min_size=4, max_size=40))
 def test_statuses_partition_candidates(draw: list[tuple[int, int, int, int]]) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dcaudit.connectors import image_corruptions as ic
@@ -127,7 +128,7 @@ def test_pixelate_is_byte_identical_to_pil(mnist) -> None:
         assert np.array_equal(ic.corrupt(batch, "pixelate", severity, 0), ref), severity
 
 
-@settings(max_examples=25, deadline=None)
+@hypothesis_settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31), severity=st.sampled_from(ic.SEVERITIES),
        name=st.sampled_from(["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "glass_blur"]))
 def test_random_corruptions_depend_only_on_seed(seed: int, severity: int, name: str) -> None:
