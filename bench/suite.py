@@ -21,6 +21,8 @@ loop over seeds. ``ratio_vs_pandas`` on a duckdb/spark row = pandas seconds / it
     .venv/bin/python bench/suite.py                      # 1e6 and 1e7, every benchmark
     .venv/bin/python bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas
     .venv/bin/python bench/suite.py --sizes 1e6 --spark  # adds the Spark engine (local mode)
+    .venv/bin/python bench/suite.py --sizes 1e7 --only replay:100,completion:20 --pandas-replay-max 1e7 \
+        --completion-max 1e7                             # the slow ones at 1e7
 """
 
 from __future__ import annotations
@@ -239,8 +241,10 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmarks")
     parser.add_argument("--memory-limit", default="8GB", help="DuckDB memory limit (it spills beyond)")
     parser.add_argument("--no-pandas", action="store_true", help="skip the pandas baselines")
-    parser.add_argument("--pandas-replay-max", type=float, default=1e7,
-                        help="largest size at which the (slow) pandas replay loop runs")
+    parser.add_argument("--pandas-replay-max", type=float, default=1e6,
+                        help="largest size at which the (slow: ~200 s at 1e7) pandas replay loop runs")
+    parser.add_argument("--completion-max", type=float, default=1e6,
+                        help="largest size for the completion curve (1e7 takes tens of minutes and spills)")
     parser.add_argument("--spark", action="store_true", help="also run the Spark engine (local mode)")
     parser.add_argument("--completion-seeds", type=int, default=10)
     parser.add_argument("--completion-steps", type=int, default=5)
@@ -265,6 +269,9 @@ def main() -> None:
         for bench in only:
             if not wide and bench != "fiber_audit:exact":
                 print(f"  {bench}: skipped at n={n:,} (the 1e8 table holds the binary evidence only)")
+                continue
+            if bench == "completion:20" and n > args.completion_max:
+                print(f"  {bench}: skipped at n={n:,} (--completion-max {args.completion_max:g})")
                 continue
             engines = ["duckdb"]
             if not args.no_pandas and bench in PANDAS and not (bench == "replay:100" and n > args.pandas_replay_max):
