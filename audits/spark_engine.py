@@ -48,20 +48,15 @@ ROW_ID = "__row"
 def session(master: str | None = None, *, app_name: str = "dcaudit", conf: dict[str, str] | None = None) -> Any:
     """A SparkSession: the configured one (spark-submit, spark-defaults.conf, SPARK_REMOTE), else local[*]."""
     require("pyspark", "spark")
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    configured = SparkConf().contains("spark.master") or SparkConf().contains("spark.remote")
     if master:
         builder = builder.master(master)
-    elif not configured:
-        import os
-
-        if not os.environ.get("SPARK_REMOTE"):
-            # Local mode: few shuffle partitions (the default 200 is for clusters) and no web UI.
-            builder = (builder.master("local[*]").config("spark.sql.shuffle.partitions", "8")
-                       .config("spark.ui.enabled", "false"))
+    elif not spark_configured():
+        # Local mode: few shuffle partitions (the default 200 is for clusters) and no web UI.
+        builder = (builder.master("local[*]").config("spark.sql.shuffle.partitions", "8")
+                   .config("spark.ui.enabled", "false"))
     # NULL (not an error) for a claim that cannot be evaluated on a row, as in DuckDB; Arrow transfers.
     builder = (builder.config("spark.sql.ansi.enabled", "false")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
@@ -70,12 +65,33 @@ def session(master: str | None = None, *, app_name: str = "dcaudit", conf: dict[
     return builder.getOrCreate()
 
 
+def spark_configured() -> bool:
+    """Whether the environment already says where Spark runs (then dcaudit must not force local mode).
+
+    Spark's own settings, read here because they are Spark's, not dcaudit's: Spark Connect
+    (``SPARK_REMOTE``), a driver launched by spark-submit (``PYSPARK_GATEWAY_PORT``), or ``spark.master``
+    in ``spark-defaults.conf`` under ``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``.
+    """
+    import os
+    import re
+
+    env = os.environ
+    if env.get("SPARK_REMOTE") or env.get("PYSPARK_GATEWAY_PORT"):
+        return True
+    dirs = [env.get("SPARK_CONF_DIR"), str(Path(env["SPARK_HOME"]) / "conf") if env.get("SPARK_HOME") else None]
+    for d in filter(None, dirs):
+        conf = Path(d) / "spark-defaults.conf"
+        if conf.is_file() and re.search(r"^\s*spark\.(master|remote)\s", conf.read_text(errors="replace"), re.M):
+            return True
+    return False
+
+
 def read_table(spark: Any, path: Path | str, *, row_id: bool = False) -> Any:
     """A DataFrame over a Parquet or CSV file (a path Spark can reach: local, HDFS, S3, …)."""
     text = str(path)
     low = text.lower()
     try:
-        if low.endswith((".parquet", ".pq")) or Path(text).is_dir():
+        if low.endswith((".parquet", ".pq")) or Path(text).is_dir() or Path(text).suffix == "":
             df = spark.read.parquet(text)
         elif low.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
             df = spark.read.csv(text, header=True, inferSchema=True, sep="\t" if low.endswith(".tsv") else ",")

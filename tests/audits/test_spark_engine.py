@@ -177,3 +177,17 @@ def test_cli_engine_spark_writes_the_same_package(spark, table: Path, tmp_path: 
     res = CliRunner().invoke(cli, ["replay", str(table), "--id", "cid", "--evidence", "x", "--claim", "y = 1",
                                    "--tolerance", "0.1", "--engine", "spark", "--out", str(tmp_path / "w")])
     assert res.exit_code != 0 and "--engine duckdb" in res.output
+
+
+def test_configured_spark_is_not_forced_into_local_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("SPARK_REMOTE", "PYSPARK_GATEWAY_PORT", "SPARK_CONF_DIR", "SPARK_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    assert not spark_engine.spark_configured()
+    (tmp_path / "spark-defaults.conf").write_text("spark.executor.memory 4g\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert not spark_engine.spark_configured()
+    (tmp_path / "spark-defaults.conf").write_text("spark.executor.memory 4g\nspark.master   yarn\n")
+    assert spark_engine.spark_configured()
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("SPARK_REMOTE", "sc://example:15002")
+    assert spark_engine.spark_configured()
