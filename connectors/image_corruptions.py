@@ -17,6 +17,11 @@ The subset (10 of the 15 common corruptions; each at severities 1–5):
 * digital: ``contrast``, ``brightness`` (the package's grayscale branch: add c, clip), ``pixelate``
   (PIL's BOX down-sampling and NEAREST up-sampling as weight matrices read off PIL: identical bytes).
 
+Checked against ``imagecorruptions-imaug`` 1.1.5 (numpy 2.4, scikit-image 0.26, OpenCV 5) on 30
+MNIST digits zero-padded to 32×32 (its minimum): ``gaussian_blur``, ``defocus_blur``, ``contrast``,
+``brightness`` and ``pixelate`` are byte-identical at severities 1, 3 and 5; the noises and glass blur
+draw from another random stream, and their mean absolute pixel change agrees within 10 %.
+
 Left out, and why: ``motion_blur``, ``zoom_blur``, ``snow``, ``frost``, ``fog``, ``spatter``,
 ``elastic_transform`` and ``jpeg_compression`` need per-image random geometry, texture files shipped
 with the package (frost) or an image codec per image; at 28×28 several of them (zoom, frost crops,
