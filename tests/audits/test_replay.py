@@ -27,8 +27,9 @@ from dcaudit.audits.replay import (
     parse_tolerance,
     replay_fibers,
     replay_windows,
+    window_counts,
 )
-from dcaudit.errors import SpecError
+from dcaudit.errors import InputError, SpecError
 
 LABELS = AuditLabels("test", "a")
 
@@ -383,6 +384,163 @@ def test_window_replay_models_and_pooled_summary() -> None:
     assert summary[("good", "certify_then_acquire")]["acquisitions_p90"] == pytest.approx(np.quantile(good, 0.9))
     assert pooled["acquisitions"] == pytest.approx(np.mean(
         [summary[(m, "certify_then_acquire")]["acquisitions"] for m in ("good", "bad")]))
+
+
+def _brute_window_replay(rows: list[dict], split: list[dict], tolerance: dict, cfg: ReplayConfig) -> dict:
+    """Plain Python: per (model, seed) the outcome counts, a window being x − tol <= x_cal <= x + tol.
+
+    ``tolerance`` maps (model, seed) to the width the engine reported (checked separately against a
+    plain-Python mean or percentile), so a last-bit difference in the width cannot move a window edge.
+    """
+    cal_of = {(r["candidate_id"], r["seed"]): r["calibration"] for r in split}
+    out = {}
+    for (model, seed), tol in tolerance.items():
+        mine = [r for r in rows if r["model"] == model and r["x"] is not None and r["y"] is not None]
+        cal = [(r["x"], r["y"]) for r in mine if cal_of[(r["id"], seed)]]
+        test = [(r["x"], r["y"]) for r in mine if not cal_of[(r["id"], seed)]]
+        gmaj = 2 * sum(y for _, y in cal) > len(cal)
+        res = {"n_calibration": len(cal), "n_test": len(test), "certified": 0, "false_cert": 0, "false_fm": 0,
+               "false_gm": 0, "bounds": []}
+        for x, y in test:
+            inside = [yc for xc, yc in cal if tol is not None and x - tol <= xc <= x + tol]
+            n, t = len(inside), sum(inside)
+            res["false_fm"] += ((2 * t >= n) if n >= cfg.min_support else gmaj) != y
+            res["false_gm"] += gmaj != y
+            if n >= cfg.min_support:
+                minority = min(t, n - t)
+                bound = float(cp_upper(minority, n, cfg.delta)) if cfg.mode == "calibrated" else \
+                    (1 - cfg.delta ** (1 / n) if minority == 0 else None)
+                ok = minority == 0 if cfg.mode == "exact" else bound <= cfg.epsilon
+                if ok:
+                    res["certified"] += 1
+                    res["false_cert"] += (2 * t > n) != y
+                    res["bounds"].append(bound)
+        out[(model, seed)] = res
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 30),
+    models=st.sampled_from([None, ("a",), ("a", "b"), ("b", None, "a")]),
+    data=st.data(),
+    seeds=st.integers(1, 4),
+    seed_offset=st.sampled_from([0, 7]),
+    min_support=st.integers(1, 5),
+    mode=st.sampled_from(["exact", "calibrated"]),
+    tolerance=st.sampled_from(["0.1", "0.25", "mae", "q50", "q80"]),
+)
+def test_window_replay_matches_brute_force(n: int, models: tuple | None, data: st.DataObject, seeds: int,
+                                           seed_offset: int, min_support: int, mode: str, tolerance: str) -> None:
+    """Every per-(model, seed) count equals a plain-Python window count, on grids with many exact ties
+    and window edges (x on multiples of 0.05), NULL evidence, claims and references, NULL models."""
+    grid = st.one_of(st.none(), st.integers(-20, 20).map(lambda i: i / 20))
+    rows = []
+    for model in models or (None,):
+        for i in range(n):
+            rows.append({"id": f"c{i}", "model": model, "x": data.draw(grid), "y": data.draw(st.sampled_from(
+                [0, 1, 1, None])), "ref": data.draw(st.one_of(st.none(), st.integers(-20, 20).map(lambda i: i / 20)))})
+    table = pa.table({k: [r[k] for r in rows] for k in ("id", "model", "x", "y", "ref")},
+                     schema=pa.schema([("id", pa.string()), ("model", pa.string()), ("x", pa.float64()),
+                                       ("y", pa.int64()), ("ref", pa.float64())]))
+    con = _con(table)
+    cfg = ReplayConfig(seeds=seeds, seed_offset=seed_offset, min_support=min_support, mode=mode,  # type: ignore[arg-type]
+                       epsilon=0.3, delta=0.2)
+    tol = parse_tolerance(tolerance)
+    if not any(r["x"] is not None and r["y"] is not None for r in rows):
+        with pytest.raises(InputError, match="no candidate"):
+            replay_windows(con, "t", id_column="id", window=WindowSpec("x", tol, "ref"), claim=parse_claim("y = 1"),
+                           config=cfg, labels=LABELS, model_column="model" if models else None)
+        return
+    out = replay_windows(con, "t", id_column="id", window=WindowSpec("x", tol, "ref"), claim=parse_claim("y = 1"),
+                         config=cfg, labels=LABELS, model_column="model" if models else None)
+    split = calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
+    cal_of = {(r["candidate_id"], r["seed"]): r["calibration"] for r in split}
+    per_seed = [r for r in out.to_pylist() if r["seed"] is not None]
+    reported = {(r["model"], r["seed"]): r["tolerance"] for r in per_seed}
+    for (model, seed), width in reported.items():  # the width itself, against plain Python
+        errors = sorted(abs(r["x"] - r["ref"]) for r in rows if r["model"] == model and r["x"] is not None
+                        and r["y"] is not None and r["ref"] is not None and cal_of[(r["id"], seed)])
+        if tol.kind == "fixed":
+            assert width == tol.value
+        elif not errors:
+            assert width is None
+        elif tol.kind == "mae":
+            assert width == pytest.approx(sum(errors) / len(errors), rel=1e-12, abs=1e-15)
+        else:
+            assert width == pytest.approx(float(np.quantile(errors, tol.value)), rel=1e-12, abs=1e-15)
+    expected = _brute_window_replay(rows, split, reported, cfg)
+    assert len(per_seed) == 4 * len(expected)
+    for row in per_seed:
+        ref = expected[(row["model"], row["seed"])]
+        policy = row["policy"]
+        assert (row["n_calibration"], row["n_test"]) == (ref["n_calibration"], ref["n_test"])
+        false = {"fiber_majority": ref["false_fm"], "global_majority": ref["false_gm"]}.get(policy, ref["false_cert"])
+        assert row["false_decisions"] == false, (policy, row["model"], row["seed"])
+        if policy in ("certified_only", "certify_then_acquire"):
+            assert row["certified"] == ref["certified"]
+            assert row["acquisitions"] == (ref["n_test"] - ref["certified"] if policy == "certify_then_acquire" else 0)
+            if ref["bounds"]:
+                assert row["risk_bound"] == pytest.approx(np.mean(ref["bounds"]), rel=1e-12)
+                assert row["risk_bound_max"] == pytest.approx(max(ref["bounds"]), rel=1e-12)
+            else:
+                assert row["risk_bound"] is None
+
+
+def _window_counts_brute(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.ndarray, tol: np.ndarray,
+                         defined: np.ndarray) -> tuple[dict, dict]:
+    """(candidate, seed) -> (members, trues) of its window, and group -> calibration (members, trues)."""
+    seeds = is_cal.shape[1]
+    per_entry, per_group = {}, {}
+    for s in range(seeds):
+        for m in set(model.tolist()):
+            g = m * seeds + s
+            cal = [j for j in range(len(x)) if model[j] == m and is_cal[j, s]]
+            per_group[g] = (len(cal), sum(int(y[j]) for j in cal))
+            for i in range(len(x)):
+                if model[i] == m and not is_cal[i, s]:
+                    inside = [j for j in cal if defined[g] and x[i] - tol[g] <= x[j] <= x[i] + tol[g]]
+                    per_entry[(i, s)] = (g, bool(y[i]), len(inside), sum(int(y[j]) for j in inside))
+    return per_entry, per_group
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40), n_models=st.integers(1, 3), seeds=st.integers(1, 3),
+       dense=st.booleans())
+def test_window_counts_match_brute_force(data: st.DataObject, n: int, n_models: int, seeds: int, dense: bool) -> None:
+    """The sorted-array window counts (row table and binary-search paths) equal brute force, on a grid of
+    x with exact ties and window edges."""
+    x = np.array(data.draw(st.lists(st.integers(-8, 8).map(lambda i: i / 8), min_size=n, max_size=n)))
+    model = np.array(data.draw(st.lists(st.integers(0, n_models - 1), min_size=n, max_size=n)))
+    model[:n_models] = np.arange(min(n, n_models))  # every model index present, as replay_windows has it
+    n_models = int(model.max()) + 1
+    y = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    is_cal = np.array(data.draw(st.lists(st.booleans(), min_size=n * seeds, max_size=n * seeds))).reshape(n, seeds)
+    n_groups = n_models * seeds
+    tol = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.125, 0.25, 0.3, 2.0]), min_size=n_groups,
+                                      max_size=n_groups)))
+    defined = np.array(data.draw(st.lists(st.booleans(), min_size=n_groups, max_size=n_groups)))
+    got = window_counts(x, model, y, is_cal, tol, defined, dense_limit=10**9 if dense else 0)
+    per_entry, per_group = _window_counts_brute(x, model, y, is_cal, tol, defined)
+    observed = {(int(i), int(g) % seeds): (int(g), bool(yi), int(a), int(b)) for g, i, yi, a, b in
+                zip(got.group, got.candidate, got.y, got.n_cal, got.t_cal, strict=True)}
+    assert len(got.group) == int((~is_cal).sum())
+    assert observed == per_entry
+    assert {g: (int(a), int(b)) for g, (a, b) in enumerate(zip(got.n_calibration, got.t_calibration, strict=True))
+            } == per_group
+
+
+def test_window_replay_without_any_reference_has_empty_windows() -> None:
+    """An ``mae`` tolerance with no reference value in calibration is NULL: empty windows, nothing certified,
+    the benchmark-only action falls back to the global majority (as the SQL replay did)."""
+    table = pa.table({"id": [f"m{i}" for i in range(40)], "x": [float(i % 4) for i in range(40)],
+                      "ref": pa.array([None] * 40, pa.float64()), "y": [int(i % 4 == 0) for i in range(40)]})
+    out = replay_windows(_con(table), "t", id_column="id", window=WindowSpec("x", parse_tolerance("mae"), "ref"),
+                         claim=parse_claim("y = 1"), config=ReplayConfig(seeds=3, min_support=1), labels=LABELS)
+    for row in _rows(out, "certify_then_acquire"):
+        assert row["tolerance"] is None and row["certified"] == 0
+    for fm, gm in zip(_rows(out, "fiber_majority"), _rows(out, "global_majority"), strict=True):
+        assert fm["false_decisions"] == gm["false_decisions"]
 
 
 # --------------------------------------------------------------------------------------------- real Tox21
