@@ -23,7 +23,9 @@ N = 4000
 
 @pytest.fixture(scope="module")
 def spark():  # noqa: ANN201
-    s = spark_engine.session("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    # Tiny tables: whole-stage code generation would compile more Java than the queries take to run.
+    s = spark_engine.session("local[2]", conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+                                               "spark.sql.codegen.wholeStage": "false"})
     yield s
 
 
