@@ -9,8 +9,9 @@ share one ``optb88vdw_bandgap > 1.0`` label; the benchmark-only action is the wi
 Both engines get identical work: the calibration/test split is the engine's hash split (computed once
 in DuckDB and handed to pandas untimed, so the pandas time is a lower bound), and the per-(model,
 seed) counts of both are asserted equal. The pandas loop is what the paper's script does (a Python
-loop over test points with a boolean mask over the calibration points; ~46 s there). dcaudit counts
-windows with ASOF joins on calibration prefix sums in one SQL pass over all seeds and models.
+loop over test points with a boolean mask over the calibration points; ~46 s there). dcaudit splits
+all seeds in one SQL pass and counts every window of every model and seed at once by binary search on
+sorted evidence with calibration prefix sums (``replay.window_counts``).
 
     DCAUDIT_MIRROR=../shared/data .venv/bin/python bench/jarvis_replay.py [--seeds 50] [--no-pandas]
 """
@@ -18,6 +19,7 @@ windows with ASOF joins on calibration prefix sums in one SQL pass over all seed
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -122,12 +124,14 @@ def main() -> None:
     con = duckdb.connect()
     con.execute(f"CREATE TABLE j AS SELECT * FROM read_parquet('{path}')")
     n_rows = con.execute(f"SELECT count(*) FROM j WHERE {X} IS NOT NULL").fetchone()[0] * args.seeds
+    load = os.getloadavg()[0]  # the machine may be shared: record its load with each measurement
     best, engine = min((run_engine(con, args.seeds) for _ in range(args.repeat)), key=lambda r: r[0])
-    print(f"dcaudit engine: {best:6.2f} s  {summarise(engine)}  ({len(engine)} replays)")
+    print(f"dcaudit engine: {best:6.2f} s  {summarise(engine)}  ({len(engine)} replays, load {load:.2f})")
     rows = [{"benchmark": "jarvis_replay", "engine": "duckdb", "n_rows": n_rows, "seconds": best,
-             "peak_rss_mb": peak_rss_mb()}]
+             "peak_rss_mb": peak_rss_mb(), "load_avg": load}]
     if not args.no_pandas:
         frame = split_frame(con, args.seeds)
+        load = os.getloadavg()[0]
         seconds, pand = run_pandas(frame)
         mismatch = [k for k in pand if pand[k] != engine.get(k)]
         assert not mismatch, f"engines disagree on {len(mismatch)} replays, e.g. {mismatch[0]}: " \
@@ -136,7 +140,7 @@ def main() -> None:
         print(f"pandas loop:    {seconds:6.2f} s  {summarise(pand)}  -> dcaudit is {ratio:.1f}x faster")
         rows[0]["ratio_vs_pandas"] = ratio
         rows.append({"benchmark": "jarvis_replay", "engine": "pandas", "n_rows": n_rows, "seconds": seconds,
-                     "peak_rss_mb": peak_rss_mb()})
+                     "peak_rss_mb": peak_rss_mb(), "load_avg": load})
     print(f"appended {len(rows)} rows to {append_results(rows)}")
 
 
