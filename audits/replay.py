@@ -593,8 +593,10 @@ def window_counts(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.nd
     x_test, base = x[row], m * width
     at = seed * (n_rows + 1)  # start of the entry's seed in the flattened prefix sums
     # rows before `hi` in the model's block hold x <= x_test + tol; rows before `lo` hold x < x_test − tol
-    hi = row_at(base + np.searchsorted(values, x_test + tol, side="right"))
-    lo = row_at(base + np.searchsorted(values, x_test - tol, side="left"))
+    with np.errstate(invalid="ignore"):  # inf ∓ inf is NaN, as in SQL
+        upper, lower = x_test + tol, x_test - tol
+    hi = row_at(base + np.searchsorted(values, upper, side="right"))
+    lo = row_at(base + np.searchsorted(values, lower, side="left"))
     flat = prefix.ravel()
     both = flat[at + hi] - flat[at + lo]
     if defined is not None:
@@ -761,7 +763,8 @@ def replay_windows(
     cand_x = data["x"].to_numpy()
     cand_y = data["y"].to_numpy(zero_copy_only=False).astype(bool)
     has_ref = ~np.asarray(data["r"].is_null(), dtype=bool)
-    error = np.abs(cand_x - data["r"].to_numpy(zero_copy_only=False).astype(float))
+    with np.errstate(invalid="ignore"):  # inf − inf is NaN, as in SQL
+        error = np.abs(cand_x - data["r"].to_numpy(zero_copy_only=False).astype(float))
     is_cal = (pc.list_flatten(data["c"]).to_numpy(zero_copy_only=False).astype(bool)
               .reshape(data.num_rows, n_seeds))  # (candidate, seed index)
     # groups g = model index × seeds + seed index: the order of the per-seed output rows
