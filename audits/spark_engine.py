@@ -160,6 +160,14 @@ class SparkEvidence:
     view: str                      # temp view: candidate_id, k0..kn, x0, y, reason
     key_columns: tuple[str, ...]
     cuts: dict[str, list[float]]
+    source_view: str = ""          # the input's temp view (dropped with ``view`` by drop_views)
+
+
+def drop_views(spark: Any, *names: str) -> None:
+    """Temp views live as long as the session: drop the ones an audit registered."""
+    for name in names:
+        if name:
+            spark.catalog.dropTempView(name)
 
 
 def _quantile_cuts(spark: Any, view: str, column: str, k: int, where: str) -> list[float]:
@@ -193,7 +201,7 @@ def evidence_view(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap,
         f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim missing' "
         f"WHEN {missing} THEN 'evidence missing' END AS reason FROM {src}"
     ).createOrReplaceTempView(ev)
-    return SparkEvidence(ev, keys, cuts)
+    return SparkEvidence(ev, keys, cuts, src)
 
 
 def _to_arrow(df: Any) -> pa.Table:
@@ -231,6 +239,15 @@ def audit_fibers_spark(
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
     ev = evidence_view(spark, df, id_column=id_column, evidence=evidence, claim=claim)
+    try:
+        return _audit_spark(spark, ev, evidence=evidence, claim=claim, min_support=min_support, labels=labels,
+                            with_candidates=with_candidates, con=con)
+    finally:
+        drop_views(spark, ev.view, ev.source_view)
+
+
+def _audit_spark(spark: Any, ev: SparkEvidence, *, evidence: EvidenceMap, claim: Claim, min_support: int,
+                 labels: AuditLabels, with_candidates: bool, con: duckdb.DuckDBPyConnection | None) -> FiberAudit:
     keys = ", ".join(ev.key_columns)
     lohi = ("CAST(NULL AS DOUBLE) AS lo, CAST(NULL AS DOUBLE) AS hi" if evidence.rule.kind == "exact"
             else "min(x0) AS lo, max(x0) AS hi")
@@ -268,6 +285,7 @@ def audit_fibers_spark(
                            CAST(status AS VARCHAR) AS status, CAST(excluded_reason AS VARCHAR) AS excluded_reason
                     FROM {grp_t}_cand ORDER BY candidate_id""").to_arrow_table()
             con.unregister(f"{grp_t}_cand")
+            drop_views(spark, fib_view)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {grp_t}; DROP TABLE IF EXISTS {fib_t}")
         if own:
@@ -315,6 +333,7 @@ def replay_fibers_spark(
         member = "s.calibration"
         pairs = (f"{ev.view} b JOIN {split_view} s ON b.candidate_id = CAST(s.candidate_id AS STRING) "
                  f"AND s.seed >= {lo} AND s.seed < {hi}")
+    views = (ev.view, ev.source_view) + ((f"dcaudit_split_{tag}",) if splits is not None else ())
     cols = ", ".join("b." + k for k in ev.key_columns)
     try:
         # The only pass over candidates × seeds: members and trues per (seed, fiber key, half), as in DuckDB.
@@ -325,6 +344,8 @@ def replay_fibers_spark(
         n_excluded = int(spark.sql(f"SELECT count(*) FROM {ev.view} WHERE reason IS NOT NULL").collect()[0][0])
     except Exception as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence on Spark: {exc}") from exc
+    finally:
+        drop_views(spark, *views)
     own = con is None
     con = con or duckdb.connect()
     name = f"_scounts_{tag}"

@@ -193,3 +193,14 @@ def test_configured_spark_is_not_forced_into_local_mode(tmp_path: Path, monkeypa
     monkeypatch.delenv("SPARK_CONF_DIR")
     monkeypatch.setenv("SPARK_REMOTE", "sc://example:15002")
     assert spark_engine.spark_configured()
+
+
+def test_audits_leave_no_temp_views(spark, table: Path) -> None:  # noqa: ANN001
+    before = {t.name for t in spark.catalog.listTables()}
+    df = spark_engine.read_table(spark, table)
+    spark_engine.audit_fibers_spark(spark, df, id_column="cid", evidence=EvidenceMap(("a",)),
+                                    claim=parse_claim("y = 1"), labels=AuditLabels("s", "a"))
+    spark_engine.replay_fibers_spark(spark, df, id_column="cid", evidence=EvidenceMap(("a",)),
+                                     claim=parse_claim("y = 1"), config=ReplayConfig(seeds=2, min_support=5),
+                                     labels=AuditLabels("s", "r"))
+    assert {t.name for t in spark.catalog.listTables()} == before
