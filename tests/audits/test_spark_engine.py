@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -16,6 +18,8 @@ from dcaudit.audits.replay import ReplayConfig, calibration_members, replay_fibe
 from dcaudit.errors import InputError, MissingExtraError
 
 pytest.importorskip("pyspark")  # the spark extra; `make install` installs it
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java 17+ runtime (`java` not found)", allow_module_level=True)
 spark_engine = pytest.importorskip("dcaudit.audits.spark_engine")
 
 N = 4000
