@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dcaudit.errors import ClaimError
@@ -166,26 +166,43 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _render(node: Node) -> str:
+def quote_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class SqlDialect:
+    """How identifiers and string literals are written; the tree decides everything else."""
+
+    name: str
+    identifier: Callable[[str], str]
+    string: Callable[[str], str]
+
+
+DUCKDB = SqlDialect("duckdb", quote_identifier, quote_string)
+
+
+def render(node: Node, dialect: SqlDialect = DUCKDB) -> str:
+    """SQL for a claim tree: every column quoted, every literal escaped, nothing else admitted."""
     k = node.kind
     if k == "column":
-        return quote_identifier(node.value)
+        return dialect.identifier(node.value)
     if k == "number":
         return node.value
     if k == "string":
-        return "'" + node.value.replace("'", "''") + "'"
+        return dialect.string(node.value)
     if k == "bool":
         return node.value.upper()
     if k == "unary":
-        return f"(-{_render(node.children[0])})"
+        return f"(-{render(node.children[0], dialect)})"
     if k == "not":
-        return f"(NOT {_render(node.children[0])})"
+        return f"(NOT {render(node.children[0], dialect)})"
     if k in {"binary", "compare"}:
         a, b = node.children
-        return f"({_render(a)} {node.value} {_render(b)})"
+        return f"({render(a, dialect)} {node.value} {render(b, dialect)})"
     if k in {"and", "or"}:
         a, b = node.children
-        return f"({_render(a)} {k.upper()} {_render(b)})"
+        return f"({render(a, dialect)} {k.upper()} {render(b, dialect)})"
     raise AssertionError(k)  # pragma: no cover
 
 
@@ -209,7 +226,7 @@ class Claim:
 
     @property
     def sql(self) -> str:
-        return _render(self.tree)
+        return render(self.tree)
 
 
 def parse_claim(text: str, available: Iterable[str] | None = None) -> Claim:

@@ -18,6 +18,7 @@ a value of its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,8 +107,10 @@ def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, column: str, k:
     return sorted({float(c) for c in row}) if row else []
 
 
-def _bin_sql(column: str, rule: FiberRule, cuts: list[float] | None) -> str:
-    col = quote_identifier(column)
+def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
+            quote: Callable[[str], str] = quote_identifier) -> str:
+    """The fiber-key part of one column (the same SQL in DuckDB and Spark; only quoting differs)."""
+    col = quote(column)
     if rule.kind == "exact":
         return col
     if rule.kind == "width":
@@ -154,7 +157,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
         for col in emap.columns:
             cuts[col] = quantile_cuts(con, relation, col, int(emap.rule.param or 0), where)
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
-    parts = [f"{_bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
+    parts = [f"{bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
     missing = "FALSE" if emap.missing == "as-value" else f"NOT ({complete})"
     first = quote_identifier(emap.columns[0])
     x0 = f"TRY_CAST({first} AS DOUBLE)" if emap.rule.kind != "exact" else "NULL::DOUBLE"

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from dcaudit.audits.claims import Claim, Node, quote_identifier
-from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, _bin_sql, evidence_select
+from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, bin_sql, evidence_select
 from dcaudit.errors import InputError, SpecError
 
 STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
@@ -100,7 +100,7 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
                 ranges[i] = (0, 0)
                 continue
             if evidence.rule.kind == "width":
-                lo, hi = (con.execute(f"SELECT {_bin_sql('v', evidence.rule, None)} FROM (SELECT {v!r} AS v)")
+                lo, hi = (con.execute(f"SELECT {bin_sql('v', evidence.rule, None)} FROM (SELECT {v!r} AS v)")
                           .fetchall()[0][0] for v in (float(lo), float(hi)))
             ranges[i] = (int(lo), int(hi))
     size = 2  # the audited flag

@@ -33,8 +33,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, Node, check_columns
-from dcaudit.audits.evidence import EvidenceMap, FiberRule
+from dcaudit.audits.claims import Claim, Node, SqlDialect, check_columns, render
+from dcaudit.audits.evidence import EvidenceMap, FiberRule, bin_sql
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, _head, summarise_groups
 from dcaudit.errors import InputError, SpecError, require
 
@@ -118,41 +118,20 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+# Spark SQL writes identifiers in backticks and escapes quotes in strings with a backslash.
+SPARK = SqlDialect("spark", quote, lambda text: "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'")
+
+
 def claim_sql(node: Node) -> str:
-    """The claim rendered for Spark SQL (backtick identifiers, backslash-escaped strings)."""
-    k = node.kind
-    if k == "column":
-        return quote(node.value)
-    if k == "number":
-        return node.value
-    if k == "string":
-        return "'" + node.value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if k == "bool":
-        return node.value.upper()
-    if k == "unary":
-        return f"(-{claim_sql(node.children[0])})"
-    if k == "not":
-        return f"(NOT {claim_sql(node.children[0])})"
-    if k in {"binary", "compare"}:
-        a, b = node.children
-        return f"({claim_sql(a)} {node.value} {claim_sql(b)})"
-    if k in {"and", "or"}:
-        a, b = node.children
-        return f"({claim_sql(a)} {k.upper()} {claim_sql(b)})"
-    raise AssertionError(k)  # pragma: no cover
+    """The claim rendered for Spark SQL from the same validated tree as DuckDB's."""
+    return render(node, SPARK)
 
 
 def _bin_sql(column: str, rule: FiberRule, cuts: list[float] | None) -> str:
-    col = quote(column)
-    if rule.kind == "exact":
-        return col
-    if rule.kind == "width":
-        return f"CAST(floor(CAST({col} AS DOUBLE) / {rule.param!r}) AS BIGINT)"
-    if rule.kind == "quantile":
-        terms = " + ".join(f"CAST({col} > {c!r} AS INT)" for c in (cuts or []))
-        return f"CASE WHEN {col} IS NULL THEN NULL ELSE {terms or '0'} END"
-    raise SpecError(f"fiber rule {rule} gives each candidate its own window; the Spark engine audits "
-                    "partitions (exact, quantile, width)")
+    if rule.is_window:
+        raise SpecError(f"fiber rule {rule} gives each candidate its own window; the Spark engine audits "
+                        "partitions (exact, quantile, width)")
+    return bin_sql(column, rule, cuts, quote)
 
 
 @dataclass(frozen=True)
