@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -53,6 +54,47 @@ def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit
         home=home.resolve() if home else None, mirror=mirror.resolve() if mirror else None,
         memory_limit=memory_limit, threads=threads)
     ctx.obj = settings
+
+
+def _compose(*decorators: Callable) -> Callable:
+    """Apply click decorators in reading order (top first), so commands share one definition per option."""
+    def apply(fn: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+    return apply
+
+
+_FILE = click.argument("file", type=click.Path(path_type=Path))
+_CLAIM = click.option("--claim", required=True,
+                      help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
+_ID = click.option("--id", "id_column", help="Candidate id column (default: a row number).")
+_MISSING = click.option("--missing", type=click.Choice(["drop", "as-value"]), default="drop", show_default=True,
+                        help="Missing evidence: drop (complete cases, reported as excluded) or a value of its own.")
+_ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+                       help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster "
+                            "Spark (needs dcaudit[spark]; see docs/scale.md).")
+_SPLITS = _compose(
+    click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits."),
+    click.option("--seed-offset", type=int, default=0, show_default=True,
+                 help="First seed (seeds are offset … offset+S-1)."),
+    click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
+                 show_default=True, help="Share of candidates in the calibration half (hash of id and seed)."),
+)
+_PACKAGE = _compose(
+    click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace."),
+    click.option("--force", is_flag=True,
+                 help="Replace an existing --out directory (only once the new one is complete)."),
+    click.option("--quiet", is_flag=True, help="Print only the output directory."),
+)
+
+
+def _evidence(help_text: str = "Evidence column(s), comma-separated.") -> Callable:
+    return click.option("--evidence", required=True, help=help_text)
+
+
+def _fiber_rule(help_text: str = "exact | quantile:K | width:W.") -> Callable:
+    return click.option("--fiber-rule", default="exact", show_default=True, help=help_text)
 
 
 def _print_table(table: pa.Table, as_json: bool) -> None:
@@ -206,22 +248,17 @@ def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("--evidence", required=True, help="Evidence column(s), comma-separated.")
-@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
-@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
-@click.option("--fiber-rule", default="exact", show_default=True, help="exact | quantile:K | width:W.")
-@click.option("--missing", type=click.Choice(["drop", "as-value"]), default="drop", show_default=True,
-              help="Missing evidence: drop (complete cases, reported as excluded) or a value of its own.")
+@_FILE
+@_evidence()
+@_CLAIM
+@_ID
+@_fiber_rule()
+@_MISSING
 @click.option("--min-support", type=int, default=1, show_default=True,
               help="Pure fibers smaller than this are 'unsupported' rather than certified.")
-@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
-@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@_PACKAGE
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows.")
-@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-              help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster Spark "
-                   "(needs dcaudit[spark]; see docs/scale.md).")
+@_ENGINE
 @click.pass_obj
 def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
           missing: str, min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool,
@@ -425,17 +462,13 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("--evidence", required=True, help="Evidence column(s), comma-separated.")
-@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
-@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
-@click.option("--fiber-rule", default="exact", show_default=True, help="exact | quantile:K | width:W.")
-@click.option("--missing", type=click.Choice(["drop", "as-value"]), default="drop", show_default=True,
-              help="Missing evidence: drop (complete cases, reported as excluded) or a value of its own.")
-@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits.")
-@click.option("--seed-offset", type=int, default=0, show_default=True, help="First seed (seeds are offset … offset+S-1).")
-@click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
-              show_default=True, help="Share of candidates in the calibration half (hash of id and seed).")
+@_FILE
+@_evidence()
+@_CLAIM
+@_ID
+@_fiber_rule()
+@_MISSING
+@_SPLITS
 @click.option("--min-support", type=click.IntRange(min=1), default=50, show_default=True,
               help="Calibration members a fiber (or window) needs before it can certify.")
 @click.option("--mode", type=click.Choice(["exact", "calibrated"]), default="exact", show_default=True,
@@ -445,12 +478,8 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
 @click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
               "'mae' or 'q80' (per seed, from calibration errors against --reference).")
 @click.option("--reference", help="Reference column for --tolerance mae / qNN (e.g. the true value the evidence predicts).")
-@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-              help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster Spark "
-                   "(needs dcaudit[spark]; see docs/scale.md).")
-@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
-@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@_ENGINE
+@_PACKAGE
 @click.pass_obj
 def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
            missing: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int, mode: str,
@@ -504,17 +533,13 @@ def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column:
 
 
 @cli.command()
-@click.argument("file", type=click.Path(path_type=Path))
-@click.option("--evidence", required=True, help="Base evidence column(s), comma-separated.")
-@click.option("--claim", required=True, help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
+@_FILE
+@_evidence("Base evidence column(s), comma-separated.")
+@_CLAIM
 @click.option("--probes", required=True, help="Probe columns that could be measured next, comma-separated.")
-@click.option("--id", "id_column", help="Candidate id column (default: a row number).")
-@click.option("--fiber-rule", default="exact", show_default=True,
-              help="exact | quantile:K | width:W (applied to evidence and probes).")
-@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits.")
-@click.option("--seed-offset", type=int, default=0, show_default=True, help="First seed (seeds are offset … offset+S-1).")
-@click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
-              show_default=True, help="Share of candidates in the calibration half (hash of id and seed).")
+@_ID
+@_fiber_rule("exact | quantile:K | width:W (applied to evidence and probes).")
+@_SPLITS
 @click.option("--min-support", type=click.IntRange(min=1), default=1, show_default=True,
               help="Calibration members a pure fiber needs before it certifies.")
 @click.option("--policies", default=",".join(("response_rank", "uncertainty", "diversity", "benchmark_aligned",
@@ -528,9 +553,7 @@ def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column:
 @click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), default="entropy", show_default=True,
               help="Among probes certifying equally on calibration: least residual label entropy, or the "
                    "first / last listed.")
-@click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is complete).")
-@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@_PACKAGE
 @click.pass_obj
 def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: str, id_column: str | None,
              fiber_rule: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int,
