@@ -44,6 +44,24 @@ class FiberAudit:
     candidates: pa.Table | None
 
 
+
+def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
+    """The summary row's counts and fractions (DESIGN §4) from per-audit totals; shared by every audit
+    that builds summary rows (fibers here, the vision audit over many split x model groups at once)."""
+    return f"""CAST(n_candidates AS BIGINT) AS n_candidates, CAST({n_excluded} AS BIGINT) AS n_excluded,
+            CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
+            CAST(n_unsupported_fibers AS BIGINT) AS n_unsupported_fibers,
+            CAST(certified_true AS BIGINT) AS certified_true, CAST(certified_false AS BIGINT) AS certified_false,
+            CAST(ambiguous AS BIGINT) AS ambiguous, CAST(unsupported AS BIGINT) AS unsupported,
+            (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
+            ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
+            unsupported / nullif(n_candidates, 0) AS unsupported_fraction,
+            n_mixed_fibers / nullif(n_fibers, 0) AS mixed_fiber_fraction,
+            n_true / nullif(n_candidates, 0) AS prevalence,
+            CAST(benchmark_only_errors AS BIGINT) AS benchmark_only_errors,
+            benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
+            CAST(median_fiber_size AS DOUBLE) AS median_fiber_size"""
+
 def status_sql(n: str, n_true: str, min_support: int) -> str:
     return (
         f"CASE WHEN {n_true} > 0 AND {n_true} < {n} THEN 'ambiguous' "
@@ -206,19 +224,7 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
             median(n) AS median_fiber_size
           FROM f)
         SELECT {head}, {int(min_support)} AS min_support,
-            CAST(n_candidates AS BIGINT) AS n_candidates, CAST(ex.n_excluded AS BIGINT) AS n_excluded,
-            CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
-            CAST(n_unsupported_fibers AS BIGINT) AS n_unsupported_fibers,
-            CAST(certified_true AS BIGINT) AS certified_true, CAST(certified_false AS BIGINT) AS certified_false,
-            CAST(ambiguous AS BIGINT) AS ambiguous, CAST(unsupported AS BIGINT) AS unsupported,
-            (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
-            ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
-            unsupported / nullif(n_candidates, 0) AS unsupported_fraction,
-            n_mixed_fibers / nullif(n_fibers, 0) AS mixed_fiber_fraction,
-            n_true / nullif(n_candidates, 0) AS prevalence,
-            CAST(benchmark_only_errors AS BIGINT) AS benchmark_only_errors,
-            benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
-            CAST(median_fiber_size AS DOUBLE) AS median_fiber_size
+            {summary_columns_sql("ex.n_excluded")}
         FROM a, ex"""
     ).to_arrow_table()
     fibers = con.sql(

@@ -52,7 +52,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.fibers import status_sql
+from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
 from dcaudit.connectors.vision import image_evidence_sql
 from dcaudit.errors import SpecError
@@ -192,19 +192,7 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
             FROM f JOIN c ON f.suite = c.suite AND f.model = c.model AND f.split IS NOT DISTINCT FROM c.split""")
         corruptions = f"(SELECT string_agg(condition, ',' ORDER BY condition) FROM {t['suite']} x WHERE x.suite = s.suite)"
         summary = con.sql(f"""SELECT {head}, s.model, CAST(s.split AS INTEGER) AS split, {int(min_support)} AS min_support,
-                CAST(n_candidates AS BIGINT) AS n_candidates, CAST(n_excluded AS BIGINT) AS n_excluded,
-                CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
-                CAST(n_unsupported_fibers AS BIGINT) AS n_unsupported_fibers,
-                CAST(certified_true AS BIGINT) AS certified_true, CAST(certified_false AS BIGINT) AS certified_false,
-                CAST(ambiguous AS BIGINT) AS ambiguous, CAST(unsupported AS BIGINT) AS unsupported,
-                (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
-                ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
-                unsupported / nullif(n_candidates, 0) AS unsupported_fraction,
-                n_mixed_fibers / nullif(n_fibers, 0) AS mixed_fiber_fraction,
-                n_true / nullif(n_candidates, 0) AS prevalence,
-                CAST(benchmark_only_errors AS BIGINT) AS benchmark_only_errors,
-                benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
-                CAST(median_fiber_size AS DOUBLE) AS median_fiber_size,
+                {summary_columns_sql()},
                 CAST(n_splits AS BIGINT) AS n_splits, clean_accuracy,
                 n_true / nullif(n_candidates, 0) AS robust_accuracy, {corruptions} AS corruptions
             FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)

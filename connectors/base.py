@@ -132,13 +132,16 @@ def provenance(source: SourceFile, fetched: FetchedFile, **extra: object) -> dic
     return meta
 
 
-def cached_table(path: Path, input_sha256: str, version: str) -> bool:
-    """True when ``path`` exists, reads, and was derived from this input by this normaliser version."""
+def cached_table(path: Path, input_sha256: str, version: str, *, key_field: str = "dcaudit.sha256") -> bool:
+    """True when ``path`` exists, reads, and was derived from this input by this normaliser version.
+
+    ``key_field`` names the metadata entry holding the input key (a file's sha256, or a digest of several).
+    """
     if not path.is_file():
         return False
     try:
         meta = pq.read_schema(path).metadata or {}
     except Exception:  # a corrupt table is re-derived, never trusted
         return False
-    return (meta.get(b"dcaudit.sha256", b"").decode() == input_sha256
+    return (meta.get(key_field.encode(), b"").decode() == input_sha256
             and meta.get(b"dcaudit.normaliser", b"").decode() == version)

@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from dcaudit.config import Settings
-from dcaudit.connectors.base import FetchedFile, PreparedSource, SourceFile, fetch, provenance
+from dcaudit.connectors.base import FetchedFile, PreparedSource, SourceFile, cached_table, fetch, provenance
 from dcaudit.errors import InputError, IntegrityError, MissingSourceError, require
 from dcaudit.reports.package import write_table_atomic
 
@@ -482,14 +481,7 @@ def _digest(*parts: str) -> str:
 
 
 def _cached(path: Path, key: str) -> bool:
-    if not path.is_file():
-        return False
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except Exception:  # a corrupt table is re-derived, never trusted
-        return False
-    return (meta.get(b"dcaudit.input_key", b"").decode() == key
-            and meta.get(b"dcaudit.normaliser", b"").decode() == NORMALISER)
+    return cached_table(path, key, NORMALISER, key_field="dcaudit.input_key")
 
 
 def _task_table(task: str, settings: Settings, folds: pl.DataFrame, folds_sha: str, out_dir: Path) -> tuple[Path, str, pl.DataFrame]:
