@@ -25,8 +25,8 @@ split into parts below ``min_support``, and curves can fall.
 
 Everything runs in DuckDB over all seeds at once (seed is a column; the split of a candidate is a
 hash of its id and the seed). A *track* is one (policy, seed, random draw) sequence of probes; a
-*node* is a probe sequence, coded as an integer (``child = node * (m + 1) + q + 1``), so tracks
-that share a prefix share its work. Python loops only over steps.
+*node* is a probe sequence, numbered densely step by step (a child of (node, probe) takes the next
+free number, so any number of steps fits 64 bits), and tracks that share a prefix share its work. Python loops only over steps.
 """
 
 from __future__ import annotations
@@ -53,6 +53,30 @@ TIE_BREAKS = ("entropy", "first", "last")
 _FIBER_SCORED = ("response_rank", "oracle")
 _SPLIT_BUCKETS = 1_000_000
 _counter = itertools.count()
+# Key parts of these types are coded as value - min (one aggregate pass) when their range is small.
+_SMALL_INTEGER_TYPES = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                                  "UINTEGER"})
+_MAX_DIRECT_RANGE = 1 << 16
+
+
+@dataclass(frozen=True)
+class _Code:
+    """An integer code of a key part: ``sql`` takes values in ``0 .. size - 1``."""
+
+    sql: str
+    size: int
+
+
+def _packed(parts: list[_Code | None]) -> str | None:
+    """Mixed-radix SQL packing the codes into one BIGINT, or None if a part has no code or it may overflow."""
+    if any(p is None for p in parts):
+        return None
+    terms, scale = [], 1
+    for p in parts:
+        assert p is not None
+        terms.append(f"{p.sql} * {scale}")
+        scale *= p.size
+    return " + ".join(terms) if scale < 2**62 else None
 
 
 @dataclass(frozen=True)
@@ -94,9 +118,6 @@ class CompletionConfig:
             raise SpecError(f"completion: tie_break = {self.tie_break!r}; use {', '.join(TIE_BREAKS)}")
         if self.steps is not None and not 1 <= self.steps <= len(self.probes):
             raise SpecError(f"completion: steps must be between 1 and {len(self.probes)} (the number of probes)")
-        if (len(self.probes) + 1) ** self.n_steps >= 2**62:
-            raise SpecError(f"completion: {len(self.probes)} probes over {self.n_steps} steps is too many "
-                            "probe sequences to code; set steps lower")
 
     @property
     def n_steps(self) -> int:
@@ -176,9 +197,16 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
         con.execute(f"CREATE TEMP TABLE {t}ev AS {ev_sql}")
     except duckdb.Error as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
-    n_cand, n_distinct, n_excluded = con.execute(
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())
+    # Integer-typed key parts (binary flags, bin numbers) are coded as value - min: one aggregate
+    # pass instead of a full sort per column (dense_rank); other types fall back to dense_rank.
+    small = [k for k in keys if types[k].upper() in _SMALL_INTEGER_TYPES]
+    bounds = ", ".join(f"min(CAST({k} AS BIGINT)), max(CAST({k} AS BIGINT))" for k in small)
+    row = con.execute(
         f"SELECT count(*) FILTER (WHERE reason IS NULL), count(DISTINCT candidate_id) FILTER (WHERE reason IS NULL), "
-        f"count(*) FILTER (WHERE reason IS NOT NULL) FROM {t}ev").fetchall()[0]
+        f"count(*) FILTER (WHERE reason IS NOT NULL){', ' + bounds if bounds else ''} FROM {t}ev "
+        ).fetchall()[0]
+    n_cand, n_distinct, n_excluded = row[:3]
     if n_cand == 0:
         raise InputError("no complete cases over the evidence, probes and claim", file=relation)
     if n_distinct != n_cand:
@@ -186,26 +214,35 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
                           f"HAVING count(*) > 1 ORDER BY 1 LIMIT 1").fetchall()[0]
         raise InputError(f"candidate id {dup[0]!r} occurs {dup[1]} times; the split needs unique ids",
                          file=relation, column=id_column)
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())
+    codes = {k: _Code(f"(CAST({k} AS BIGINT) - {lo})", hi - lo + 1)
+             for k, lo, hi in zip(small, row[3::2], row[4::2], strict=True) if hi - lo < _MAX_DIRECT_RANGE}
     # Candidates with the same evidence, probe values and claim value are interchangeable: the work
     # runs over *patterns* (pid) weighted by how many calibration / test candidates each seed puts in
-    # them. f = base fiber code, v_j = value code of probe j, z_i feed Pearson r (numeric values as
-    # they are, other types by rank code).
+    # them. f = base fiber code, v_j = value code of probe j, vb = all probe codes packed in one
+    # integer (when they fit), z_i feed Pearson r (numeric values as they are, other types by rank code).
     zs = []
     for i, k in enumerate(keys):
         numeric = not any(x in types[k].upper() for x in ("VARCHAR", "DATE", "TIME", "BLOB", "UUID"))
         zs.append(f"CAST({k} AS DOUBLE) AS z{i}" if numeric else
                   f"CAST(dense_rank() OVER (ORDER BY {k}) AS DOUBLE) AS z{i}")
-    vs = [f"CAST(dense_rank() OVER (ORDER BY {keys[e + j]}) - 1 AS BIGINT) AS v{j}" for j in range(m)]
+    vs = [f"CAST({codes[k].sql if k in codes else f'dense_rank() OVER (ORDER BY {k}) - 1'} AS BIGINT) AS v{j}"
+          for j, k in enumerate(keys[e:])]
+    y_code = _Code("CAST(y AS BIGINT)", 2)
+    pid = _packed([y_code, *(codes.get(k) for k in keys)]) or f"dense_rank() OVER (ORDER BY y, {', '.join(keys)}) - 1"
+    f_sql = (_packed([codes.get(k) for k in keys[:e]]) or f"dense_rank() OVER (ORDER BY {', '.join(keys[:e])}) - 1"
+             if e else "0")
     con.execute(
         f"""CREATE TEMP TABLE {t}cand AS
-        SELECT candidate_id, y, CAST(dense_rank() OVER (ORDER BY y, {', '.join(keys)}) - 1 AS INTEGER) AS pid,
-               CAST(dense_rank() OVER (ORDER BY {', '.join(keys[:e])}) - 1 AS BIGINT) AS f,
+        SELECT candidate_id, y, CAST({pid} AS BIGINT) AS pid, CAST({f_sql} AS BIGINT) AS f,
                {', '.join(vs)}, {', '.join(zs)}
         FROM {t}ev WHERE reason IS NULL""")
-    con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id) FROM {t}cand")
+    con.execute(f"DROP TABLE {t}ev")
     # Radix of the refined key: key * radix + value code is unique within a parent fiber.
-    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}pat").fetchall()[0]) + 1
+    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}cand").fetchall()[0]) + 1
+    packed_probes = radix ** m < 2**62
+    vb = " + ".join(f"v{j} * {radix ** j}" for j in range(m)) if packed_probes else "NULL"
+    con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id), "
+                f"CAST({vb} AS BIGINT) AS vb FROM {t}cand")
     lo, hi = config.seed_offset, config.seed_offset + config.seeds
     con.execute(
         f"""CREATE TEMP TABLE {t}w AS
@@ -220,15 +257,16 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if short:
         raise InputError(f"seed {short[0][0]}: the {n_cand} complete cases give {short[0][1]} calibration and "
                          f"{short[0][2]} test candidates; both splits need candidates", file=relation)
-    names = ", ".join(f"({j}, {_lit(p)})" for j, p in enumerate(config.probes))
-    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe "
-                f"FROM (VALUES {names}) v(q, probe)")
+    # pw = radix ** q: probe q's code in vb is (vb // pw) % radix.
+    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0})" for j, p in enumerate(config.probes))
+    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw "
+                f"FROM (VALUES {names}) v(q, probe, pw)")
     mixed = config.refinement == "mixed"
     ms = int(config.min_support)
 
     # Step 0: the base evidence map. nst = cumulative statistics of every node computed so far.
     con.execute(f"""CREATE TEMP TABLE {t}ref AS
-        WITH r AS (SELECT w.seed, CAST(0 AS BIGINT) AS node, w.pid, p.y, p.f AS key, w.n_cal, w.n_test
+        WITH r AS (SELECT w.seed, CAST(0 AS BIGINT) AS node, w.pid, p.y, p.f AS key, p.vb, w.n_cal, w.n_test
                    FROM {t}w w JOIN {t}pat p USING (pid))
         {_fiber_counts()}""")
     con.execute(f"CREATE TEMP TABLE {t}nst AS {_own_stats(t, ms)}")
@@ -272,8 +310,10 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     con.execute(f"""CREATE TEMP TABLE {t}traj AS SELECT policy, seed, draw, 0 AS step, CAST(NULL AS INTEGER) AS q,
                     node FROM {t}tracks""")
 
+    next_node = 1  # node 0 is the base evidence map; every refined (node, probe) gets the next free number
     for step in range(1, steps + 1):
-        _step(con, t, step, m, e, radix, mixed, ms, config, last=step == steps)
+        next_node = _step(con, t, step, m, e, radix, mixed, ms, config, next_node, packed_probes,
+                          last=step == steps)
 
     table = _assemble(con, t, evidence, claim, config, source, audit_id, n_cand, n_excluded)
     rec = [r for r in table.to_pylist() if r["policy"] == "response_rank" and r["seed"] is None and r["step"] == 1]
@@ -316,7 +356,7 @@ def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int
     where = ["0 < nt AND nt < n"] if mixed else []
     if frontier:
         where.append(f"(seed, node) IN (SELECT seed, node FROM {frontier})")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS SELECT seed, node, pid, y, key, n_cal, n_test
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS SELECT seed, node, pid, y, key, vb, n_cal, n_test
                     FROM {t}ref {'WHERE ' + ' AND '.join(where) if where else ''}""")
     con.execute(f"DROP TABLE {t}ref")
     top = con.execute(f"SELECT max(key) FROM {t}act").fetchall()[0][0]
@@ -328,7 +368,8 @@ def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int
 
 
 def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, radix: int, mixed: bool,
-          ms: int, config: CompletionConfig, *, last: bool) -> None:
+          ms: int, config: CompletionConfig, next_node: int, packed_probes: bool, *, last: bool) -> int:
+    """One probe more for every track; returns the next free node number."""
     unused = f"FROM {t}tracks k JOIN {t}probes p ON ((k.used >> p.q) & 1) = 0"
     # 1. Policies scored without fibers choose first, so only their chosen child is refined.
     scores = []
@@ -352,17 +393,27 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
          + ') GROUP BY ALL' if scores else empty + ' WHERE FALSE'}""")
     # 2. The children to refine: every unused probe of fiber-scored tracks, the chosen one of the others.
     fiber_scored = ", ".join(_lit(p) for p in _FIBER_SCORED)
+    # A child (node, probe) is numbered densely from next_node, so node numbers never overflow (a
+    # code like node * (m + 1) + q + 1 exceeds 64 bits after 14 steps of 20 probes); tracks that
+    # share a prefix share its node, in every seed.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}req AS
-        SELECT DISTINCT seed, node, q, node * {m + 1} + q + 1 AS child FROM (
+        WITH x AS (SELECT DISTINCT seed, node, q FROM (
           SELECT k.seed, k.node, p.q {unused} WHERE k.policy IN ({fiber_scored})
           UNION ALL
-          SELECT k.seed, k.node, c.q FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw))""")
+          SELECT k.seed, k.node, c.q FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw))),
+        kid AS (SELECT node, q, CAST({next_node} + dense_rank() OVER (ORDER BY node, q) - 1 AS BIGINT) AS child
+                FROM (SELECT DISTINCT node, q FROM x))
+        SELECT x.seed, x.node, x.q, kid.child, pw.pw FROM x JOIN kid USING (node, q) JOIN {t}probes pw USING (q)""")
+    top = con.execute(f"SELECT max(child) FROM {t}req").fetchall()[0][0]
+    next_node = next_node if top is None else top + 1
     # 3. Refine the active candidates of each requested node by the probe; calibration counts per fiber.
+    # The probe's value code is unpacked from vb (no join back to the patterns) when all codes fit.
+    value = f"(a.vb // q.pw) % {radix}" if packed_probes else _probe_case(m, "q.q", "p.")
+    pat_join = "" if packed_probes else f"JOIN {t}pat p ON p.pid = a.pid"
     con.execute(f"""CREATE TEMP TABLE {t}ref AS
         WITH r AS (
-          SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {_probe_case(m, 'q.q', 'p.')} AS key,
-                 a.n_cal, a.n_test
-          FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node JOIN {t}pat p ON p.pid = a.pid)
+          SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {value} AS key, a.vb, a.n_cal, a.n_test
+          FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node {pat_join})
         {_fiber_counts()}""")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {t}own AS {_own_stats(t, ms)}")
     # Under "mixed", decisions made at the parent are kept; a node with nothing left to refine
@@ -385,18 +436,21 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
                    CASE WHEN k.policy = 'oracle'
                         THEN first(p.q ORDER BY s.test_cert - s.test_false DESC, s.test_false, {tie})
                         ELSE first(p.q ORDER BY s.cal_cert DESC, {tie}) END AS q
-            {unused} JOIN {t}nst s ON s.seed = k.seed AND s.node = k.node * {m + 1} + p.q + 1
+            {unused} JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = p.q
+            JOIN {t}nst s ON s.seed = k.seed AND s.node = r.child
             WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
     # 5. Advance every track; remember its node; keep the active candidates of the nodes reached.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}tracks AS
-        SELECT k.policy, k.seed, k.draw, k.node * {m + 1} + c.q + 1 AS node, k.used | (CAST(1 AS BIGINT) << c.q) AS used
-        FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw)""")
+        SELECT k.policy, k.seed, k.draw, r.child AS node, k.used | (CAST(1 AS BIGINT) << c.q) AS used
+        FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw)
+        JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = c.q""")
     con.execute(f"INSERT INTO {t}traj SELECT policy, seed, draw, {step}, q, node FROM {t}tracks "
                 f"JOIN {t}pick USING (policy, seed, draw)")
     if last:
         con.execute(f"DROP TABLE {t}ref")
     else:
         _next_active(con, t, mixed, radix, frontier=f"(SELECT DISTINCT seed, node FROM {t}tracks)")
+    return next_node
 
 
 def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, claim: Claim,
