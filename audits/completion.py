@@ -181,7 +181,7 @@ def completion_curves(
     ev = evidence_select(con, relation, id_column, emap, claim, available)
     t = f"_cmp{next(_counter)}_"
     tables = [f"{t}{x}" for x in ("ev", "cand", "pat", "w", "probes", "sn", "nst", "act", "tracks", "traj", "ent", "cor",
-                                  "ref", "own", "pick", "req")]
+                                  "fib", "own", "pick", "req")]
     try:
         return _run(con, t, ev.sql, ev.key_columns, relation, id_column, evidence, claim, config,
                     source, audit_id, e, m, steps)
@@ -265,22 +265,24 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     ms = int(config.min_support)
 
     # Step 0: the base evidence map. nst = cumulative statistics of every node computed so far.
-    con.execute(f"""CREATE TEMP TABLE {t}ref AS
-        WITH r AS (SELECT w.seed, CAST(0 AS BIGINT) AS node, w.pid, p.y, p.f AS key, p.vb, w.n_cal, w.n_test
-                   FROM {t}w w JOIN {t}pat p USING (pid))
-        {_fiber_counts()}""")
+    base = (f"SELECT w.seed, CAST(0 AS BIGINT) AS node, w.pid, p.y, p.f AS key, p.vb, w.n_cal, w.n_test "
+            f"FROM {t}w w JOIN {t}pat p USING (pid)")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {t}fib AS {_fiber_sums(base)}")
     con.execute(f"CREATE TEMP TABLE {t}nst AS {_own_stats(t, ms)}")
-    _next_active(con, t, mixed, radix, frontier=None)
+    _next_active(con, t, mixed, radix, base)
 
     # Probe scores that need no fibers: label entropy and |Pearson r| with every column, on calibration.
     ent_parts = " UNION ALL ".join(
         f"SELECT w.seed, {j} AS q, p.v{j} AS v, sum(w.n_cal) AS k FROM {t}w w JOIN {t}pat p USING (pid) "
         f"WHERE w.n_cal > 0 GROUP BY w.seed, p.v{j}" for j in range(m))
+    # Only uncertainty reads the label entropies.
     con.execute(f"""CREATE TEMP TABLE {t}ent AS
         SELECT seed, q, -sum(p * log2(p)) AS score FROM (
-          SELECT seed, q, k / sum(k) OVER (PARTITION BY seed, q) AS p FROM ({ent_parts})) GROUP BY seed, q""")
+          SELECT seed, q, k / sum(k) OVER (PARTITION BY seed, q) AS p FROM ({ent_parts})) GROUP BY seed, q
+        {'' if 'uncertainty' in config.policies else 'HAVING FALSE'}""")
+    # Only diversity and benchmark_aligned read the correlations (e + m columns, m * (e + m - 1) pairs).
     pairs = [(j, i) for j in range(m) for i in range(e + m) if i != e + j]
-    if pairs:
+    if pairs and {"diversity", "benchmark_aligned"} & set(config.policies):
         # Weighted Pearson r per seed over calibration patterns (two passes: means, then centred sums).
         cols = range(e + m)
         means = ", ".join(f"sum(w.n_cal * p.z{i}) / sum(w.n_cal) AS m{i}" for i in cols)
@@ -328,37 +330,46 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
                             rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes)
 
 
-def _fiber_counts() -> str:
-    """Attach to every pattern row ``r`` its fiber's calibration size ``n`` and claim-true count ``nt``."""
-    return """, g AS (SELECT seed, node, key, sum(n_cal) AS n, sum(CASE WHEN y THEN n_cal ELSE 0 END) AS nt
-                   FROM r GROUP BY seed, node, key)
-        SELECT r.*, g.n, g.nt FROM r JOIN g USING (seed, node, key)"""
+def _fiber_sums(rows: str) -> str:
+    """Fibers of pattern rows (seed, node, key, y, n_cal, n_test): calibration size ``n``, claim-true
+    ``nt``, and test candidates with a true (``tt``) / false (``tf``) claim.
+
+    Every statistic of a node is a sum over its fibers, so steps group pattern rows to fibers once
+    and never join fiber counts back to pattern rows (except for the children tracks move to).
+    """
+    return f"""SELECT seed, node, key, CAST(sum(n_cal) AS BIGINT) AS n,
+            CAST(sum(CASE WHEN y THEN n_cal ELSE 0 END) AS BIGINT) AS nt,
+            CAST(sum(CASE WHEN y THEN n_test ELSE 0 END) AS BIGINT) AS tt,
+            CAST(sum(CASE WHEN y THEN 0 ELSE n_test END) AS BIGINT) AS tf
+        FROM ({rows}) GROUP BY seed, node, key"""
 
 
 def _own_stats(t: str, ms: int) -> str:
-    """Per (seed, node) counts from ``ref``: calibration certified, test certified, test false decisions."""
+    """Per (seed, node) counts from ``fib``: calibration certified, test certified, test false decisions."""
     cert = f"((nt = 0 OR nt = n) AND n >= {ms})"
 
-    def total(weight: str, cond: str) -> str:
-        return f"CAST(coalesce(sum(CASE WHEN {cond} THEN {weight} END), 0) AS BIGINT)"
+    def total(value: str, cond: str) -> str:
+        return f"CAST(coalesce(sum(CASE WHEN {cond} THEN {value} END), 0) AS BIGINT)"
 
-    return f"""SELECT seed, node, {total('n_cal', cert)} AS cal_cert, {total('n_test', cert)} AS test_cert,
-        {total('n_test', cert + ' AND nt = n')} AS test_cert_true,
-        {total('n_test', cert + ' AND y <> (nt = n)')} AS test_false,
+    return f"""SELECT seed, node, {total('n', cert)} AS cal_cert, {total('tt + tf', cert)} AS test_cert,
+        {total('tt + tf', cert + ' AND nt = n')} AS test_cert_true,
+        -- a false decision: claim true in a fiber labelled false, or false in one labelled true
+        {total('CASE WHEN nt = n THEN tf ELSE tt END', cert)} AS test_false,
         -- calibration label entropy left in mixed fibers (bits, summed over candidates)
         coalesce(sum(CASE WHEN 0 < nt AND nt < n THEN
-            -n_cal * log2(CASE WHEN y THEN nt ELSE n - nt END / n) END), 0.0) AS cal_entropy
-        FROM {t}ref GROUP BY seed, node"""
+            -(nt * log2(nt / n) + (n - nt) * log2((n - nt) / n)) END), 0.0) AS cal_entropy
+        FROM {t}fib GROUP BY seed, node"""
 
 
-def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int, frontier: str | None) -> None:
-    """Patterns the next step refines: those in mixed calibration fibers (all of them under ``full``)."""
-    where = ["0 < nt AND nt < n"] if mixed else []
-    if frontier:
-        where.append(f"(seed, node) IN (SELECT seed, node FROM {frontier})")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS SELECT seed, node, pid, y, key, vb, n_cal, n_test
-                    FROM {t}ref {'WHERE ' + ' AND '.join(where) if where else ''}""")
-    con.execute(f"DROP TABLE {t}ref")
+def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int, rows: str) -> None:
+    """Pattern rows the next step refines: those in mixed calibration fibers of ``fib`` (all under ``full``).
+
+    ``rows`` gives the pattern rows (seed, node, pid, y, key, vb, n_cal, n_test) of the nodes reached.
+    """
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS
+        SELECT r.seed, r.node, r.pid, r.y, r.key, r.vb, r.n_cal, r.n_test
+        FROM ({rows}) r JOIN {t}fib g ON g.seed = r.seed AND g.node = r.node AND g.key = r.key
+        {'WHERE 0 < g.nt AND g.nt < g.n' if mixed else ''}""")
     top = con.execute(f"SELECT max(key) FROM {t}act").fetchall()[0][0]
     if top is not None and (top + 1) * radix >= 2**62:
         # Re-densify keys per node so key * radix + value cannot overflow, however many steps.
@@ -410,11 +421,9 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
     # The probe's value code is unpacked from vb (no join back to the patterns) when all codes fit.
     value = f"(a.vb // q.pw) % {radix}" if packed_probes else _probe_case(m, "q.q", "p.")
     pat_join = "" if packed_probes else f"JOIN {t}pat p ON p.pid = a.pid"
-    con.execute(f"""CREATE TEMP TABLE {t}ref AS
-        WITH r AS (
-          SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {value} AS key, a.vb, a.n_cal, a.n_test
-          FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node {pat_join})
-        {_fiber_counts()}""")
+    refined = (f"SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {value} AS key, a.vb, a.n_cal, "
+               f"a.n_test FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node {pat_join}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {t}fib AS {_fiber_sums(refined)}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {t}own AS {_own_stats(t, ms)}")
     # Under "mixed", decisions made at the parent are kept; a node with nothing left to refine
     # inherits its parent's statistics.
@@ -446,10 +455,10 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
         JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = c.q""")
     con.execute(f"INSERT INTO {t}traj SELECT policy, seed, draw, {step}, q, node FROM {t}tracks "
                 f"JOIN {t}pick USING (policy, seed, draw)")
-    if last:
-        con.execute(f"DROP TABLE {t}ref")
-    else:
-        _next_active(con, t, mixed, radix, frontier=f"(SELECT DISTINCT seed, node FROM {t}tracks)")
+    if not last:
+        # Pattern rows only for the children the tracks moved to (one of up to m per track).
+        reached = f"(SELECT DISTINCT seed, node FROM {t}tracks) k ON k.seed = q.seed AND k.node = q.child"
+        _next_active(con, t, mixed, radix, f"{refined} JOIN {reached}")
     return next_node
 
 
