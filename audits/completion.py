@@ -186,6 +186,7 @@ def completion_curves(
         return _run(con, t, ev.sql, ev.key_columns, relation, id_column, evidence, claim, config,
                     source, audit_id, e, m, steps)
     finally:
+        con.execute(f"DROP VIEW IF EXISTS {t}candv")
         for name in tables:
             con.execute(f"DROP TABLE IF EXISTS {name}")
 
@@ -231,25 +232,30 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     pid = _packed([y_code, *(codes.get(k) for k in keys)]) or f"dense_rank() OVER (ORDER BY y, {', '.join(keys)}) - 1"
     f_sql = (_packed([codes.get(k) for k in keys[:e]]) or f"dense_rank() OVER (ORDER BY {', '.join(keys[:e])}) - 1"
              if e else "0")
+    # Without window functions the coded candidates are a view (recomputed by its two readers, cheap
+    # arithmetic) rather than a table of ~400 bytes per candidate (5 GB at 1e7).
+    windowed = "dense_rank()" in " ".join([*vs, *zs, pid, f_sql])
+    kind, cand = ("TABLE", f"{t}cand") if windowed else ("VIEW", f"{t}candv")
     con.execute(
-        f"""CREATE TEMP TABLE {t}cand AS
+        f"""CREATE TEMP {kind} {cand} AS
         SELECT candidate_id, y, CAST({pid} AS BIGINT) AS pid, CAST({f_sql} AS BIGINT) AS f,
                {', '.join(vs)}, {', '.join(zs)}
         FROM {t}ev WHERE reason IS NULL""")
-    con.execute(f"DROP TABLE {t}ev")
+    if kind == "TABLE":
+        con.execute(f"DROP TABLE {t}ev")
     # Radix of the refined key: key * radix + value code is unique within a parent fiber.
-    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}cand").fetchall()[0]) + 1
+    con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id) FROM {cand}")
+    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}pat").fetchall()[0]) + 1
     packed_probes = radix ** m < 2**62
     vb = " + ".join(f"v{j} * {radix ** j}" for j in range(m)) if packed_probes else "NULL"
-    con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id), "
-                f"CAST({vb} AS BIGINT) AS vb FROM {t}cand")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {t}pat AS SELECT *, CAST({vb} AS BIGINT) AS vb FROM {t}pat")
     lo, hi = config.seed_offset, config.seed_offset + config.seeds
     con.execute(
         f"""CREATE TEMP TABLE {t}w AS
         SELECT seed, pid, count_if(cal) AS n_cal, count_if(NOT cal) AS n_test FROM (
           SELECT CAST(s.seed AS INTEGER) AS seed, c.pid,
                  {split_sql('c.candidate_id', 's.seed', config.calibration_fraction)} AS cal
-          FROM {t}cand c CROSS JOIN (SELECT range AS seed FROM range({lo}, {hi})) s)
+          FROM {cand} c CROSS JOIN (SELECT range AS seed FROM range({lo}, {hi})) s)
         GROUP BY seed, pid""")
     con.execute(f"CREATE TEMP TABLE {t}sn AS SELECT seed, sum(n_cal) AS n_cal, sum(n_test) AS n_test "
                 f"FROM {t}w GROUP BY seed")
