@@ -26,7 +26,14 @@ split into parts below ``min_support``, and curves can fall.
 Everything runs in DuckDB over all seeds at once (seed is a column; the split of a candidate is a
 hash of its id and the seed). A *track* is one (policy, seed, random draw) sequence of probes; a
 *node* is a probe sequence, numbered densely step by step (a child of (node, probe) takes the next
-free number, so any number of steps fits 64 bits), and tracks that share a prefix share its work. Python loops only over steps.
+free number, so any number of steps fits 64 bits), and tracks that share a prefix share its
+work. Python loops only over steps.
+
+Cost (measured in ``docs/scale.md``): small-integer key parts (binary flags, bin numbers) are coded
+as value - min from one aggregate pass (dense_rank sorts only for other types); the pattern id and
+all probe codes are packed into BIGINTs; the candidates × seeds pass only counts calibration / test
+candidates per (seed, pattern); each step groups the mixed-fiber pattern rows of every requested
+child straight into fiber sums, and builds pattern rows only for the children the tracks move to.
 """
 
 from __future__ import annotations
