@@ -233,10 +233,12 @@ def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
         click.echo(outcome["run_id"])
         return
     from dcaudit.pipelines.runner import log_notes
-    from dcaudit.reports.console import print_summary
+    from dcaudit.reports.console import print_replay, print_summary
 
     if result is not None and "summary" in result.tables:
         print_summary(result.tables["summary"], f"{outcome['spec']}: {outcome['run_id']}")
+        if "replay" in result.tables:
+            print_replay(result.tables["replay"])
         log_notes(result)
     if outcome["reused_from"]:
         click.echo(f"run {outcome['run_id']}: unchanged, reused run {outcome['reused_from']} -> "

@@ -59,3 +59,25 @@ class PoochProgress:
 
     def close(self) -> None:
         self._progress.stop()
+
+
+def replay_table(replay: pa.Table, title: str = "held-out replay (mean over seeds)") -> Table:
+    """The seed-NULL rows of replay.parquet: what acting on the evidence would cost, per policy."""
+    table = Table(title=title)
+    for header in ("audit", "model", "policy", "certified %", "false decisions %", "acquired", "break-even price"):
+        table.add_column(header, justify="left" if header in {"audit", "model", "policy"} else "right")
+    names = set(replay.column_names)
+    means = [row for row in replay.to_pylist() if row.get("seed") is None]
+    if len(means) > 40:  # many models: the HTML report and `dcaudit query` show them all
+        table.caption = f"{len(means) - 40} more rows in replay.parquet"
+        means = means[:40]
+    for row in means:
+        be = row.get("break_even_price") if "break_even_price" in names else None
+        table.add_row(str(row.get("audit_id") or ""), str(row.get("model") or ""), str(row["policy"]),
+                      f"{100 * row['certified_fraction']:.3f}", f"{100 * row['false_decision_rate']:.4f}",
+                      f"{row['acquisitions']:.1f}", "" if be is None else f"{be:.4f}")
+    return table
+
+
+def print_replay(replay: pa.Table) -> None:
+    console.print(replay_table(replay))

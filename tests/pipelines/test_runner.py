@@ -116,3 +116,9 @@ def test_duckdb_shell_reads_the_catalog(first_run: Settings) -> None:
 def test_unknown_spec_lists_the_builtin_ones(tox21_settings: Settings) -> None:
     result = CliRunner().invoke(cli, ["run", "nosuchspec"], env={"DCAUDIT_HOME": str(tox21_settings.home)})
     assert result.exit_code == 2 and "built-in: " in result.output and "tox21" in result.output
+
+
+def test_console_shows_the_replay_costs(first_run: Settings) -> None:
+    result = _invoke(first_run, "run", "tox21")  # unchanged: reuses the package, shows it again
+    assert result.exit_code == 0, result.output
+    assert "held-out replay" in result.output and "certify_then_acquire" in result.output
