@@ -132,10 +132,12 @@ def provenance(source: SourceFile, fetched: FetchedFile, **extra: object) -> dic
     return meta
 
 
-def cached_table(path: Path, input_sha256: str, version: str, *, key_field: str = "dcaudit.sha256") -> bool:
+def cached_table(path: Path, input_sha256: str, version: str | None, *,
+                 key_field: str = "dcaudit.sha256") -> bool:
     """True when ``path`` exists, reads, and was derived from this input by this normaliser version.
 
-    ``key_field`` names the metadata entry holding the input key (a file's sha256, or a digest of several).
+    ``key_field`` names the metadata entry holding the input key (a file's sha256, a digest of several, a
+    protocol hash); ``version=None`` skips the normaliser-version check.
     """
     if not path.is_file():
         return False
@@ -144,4 +146,4 @@ def cached_table(path: Path, input_sha256: str, version: str, *, key_field: str 
     except Exception:  # a corrupt table is re-derived, never trusted
         return False
     return (meta.get(key_field.encode(), b"").decode() == input_sha256
-            and meta.get(b"dcaudit.normaliser", b"").decode() == version)
+            and (version is None or meta.get(b"dcaudit.normaliser", b"").decode() == version))

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from dcaudit.connectors.base import cached_table
 from dcaudit.errors import require
 from dcaudit.reports.package import write_table_atomic
 
@@ -165,12 +166,9 @@ def featurise(formulas: Sequence[str], cache_dir: Path | None = None) -> pl.Data
 
 def _read_cache(cache: Path) -> pl.DataFrame | None:
     """The cache, or None when absent, unreadable or written by another version of this module."""
-    if not cache.is_file():
+    if not cached_table(cache, VERSION, None, key_field="dcaudit.normaliser"):
         return None
     try:
-        meta = pq.read_schema(cache).metadata or {}
-        if meta.get(b"dcaudit.normaliser", b"").decode() != VERSION:
-            return None
         return pl.read_parquet(cache)
     except Exception:  # a corrupt cache is recomputed, never trusted
         return None

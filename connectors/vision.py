@@ -69,7 +69,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dcaudit.config import Settings
-from dcaudit.connectors.base import PreparedSource, SourceFile, fetch, provenance
+from dcaudit.connectors.base import PreparedSource, SourceFile, cached_table, fetch, provenance
 from dcaudit.errors import InputError, IntegrityError, SpecError, require
 from dcaudit.reports.package import write_table_atomic
 
@@ -352,12 +352,9 @@ def _digits_input_hash() -> str:
 
 def cached_predictions(path: Path, key: str) -> pa.Table | None:
     """The cached predictions table when it was made by this protocol (hash in its metadata)."""
-    if not path.is_file():
+    if not cached_table(path, key, None, key_field="dcaudit.protocol_hash"):
         return None
     try:
-        meta = pq.read_schema(path).metadata or {}
-        if meta.get(b"dcaudit.protocol_hash", b"").decode() != key:
-            return None
         return pq.read_table(path)
     except Exception:  # a corrupt cache is rebuilt, never trusted
         return None
