@@ -45,9 +45,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, parse_claim
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
+from dcaudit.claims import Claim, check_columns, parse_claim
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import duckdb_message, label_of
 
 POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")
 REFINEMENTS = ("mixed", "full")
@@ -204,7 +205,8 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     try:
         con.execute(f"CREATE TEMP TABLE {t}ev AS {ev_sql}")
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=label_of(relation)) from None
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())
     # Integer-typed key parts (binary flags, bin numbers) are coded as value - min: one aggregate
     # pass instead of a full sort per column (dense_rank); other types fall back to dense_rank.

@@ -24,8 +24,9 @@ from typing import Literal
 
 import duckdb
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import SpecError
+from dcaudit.inputs import ROW, column_types, label_of, require_numeric
 
 RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
 PARTITION_RULES = ("exact", "quantile", "width")
@@ -96,13 +97,26 @@ class EvidenceMap:
         return EvidenceMap(self.columns + tuple(extra), self.rule, self.missing)
 
 
+MAX_QUANTILE_BINS = 100_000  # a bin rule asks for a partition, not a sort order: far more bins are a typo
+
+# Codes of non-finite values in binned key parts (bins are 0 .. K for quantile rules): under
+# missing = "as-value" NaN and ±inf are fibers of their own, never put into the top or bottom bin.
+NAN_CODE_OFFSET, POS_INF_OFFSET, NEG_INF_OFFSET = 1, 2, 3
+_WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF = -(2**63) + 1, 2**63 - 1, -(2**63) + 2
+
+
 def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, column: str, k: int,
                   where: str = "TRUE") -> list[float]:
-    """Interior cut points of ``k`` equal-count bins, deduplicated (ties never straddle a cut)."""
+    """Interior cut points of ``k`` equal-count bins over the finite values, deduplicated (ties never
+    straddle a cut). NaN and ±inf never move a cut."""
+    if k > MAX_QUANTILE_BINS:
+        raise SpecError(f"fiber rule quantile:{k} asks for more than {MAX_QUANTILE_BINS} bins; a fiber rule "
+                        "needs far fewer bins than candidates (e.g. quantile:20)")
+    q = quote_identifier(column)
     probs = ", ".join(f"{i / k!r}" for i in range(1, k))
     row = con.execute(
-        f"SELECT quantile_cont({quote_identifier(column)}, [{probs}]) FROM {relation} "
-        f"WHERE {quote_identifier(column)} IS NOT NULL AND {where}"
+        f"SELECT quantile_cont(CAST({q} AS DOUBLE), [{probs}]) FROM {relation} "
+        f"WHERE {q} IS NOT NULL AND isfinite(CAST({q} AS DOUBLE)) AND {where}"
     ).fetchall()[0][0]
     return sorted({float(c) for c in row}) if row else []
 
@@ -113,13 +127,20 @@ def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
     col = quote(column)
     if rule.kind == "exact":
         return col
+    x = f"CAST({col} AS DOUBLE)"
     if rule.kind == "width":
-        return f"CAST(floor(CAST({col} AS DOUBLE) / {rule.param!r}) AS BIGINT)"
+        return (f"CASE WHEN isfinite({x}) THEN CAST(floor({x} / {rule.param!r}) AS BIGINT) "
+                f"WHEN isnan({x}) THEN {_WIDTH_NAN} WHEN {x} > 0 THEN {_WIDTH_POS_INF} "
+                f"WHEN {x} < 0 THEN {_WIDTH_NEG_INF} END")
     if rule.kind == "quantile":
         # Bin index = number of cut points strictly below the value: bins are (lo, hi]. Found by binary
         # search over the sorted cuts as nested CASEs (log2 K comparisons per value instead of K - 1:
         # ~40 % faster grouping at 20 bins).
-        return f"CASE WHEN {col} IS NULL THEN NULL ELSE {_search_sql(col, sorted(cuts or []), 0, len(cuts or []))} END"
+        k = len(cuts or [])
+        return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN CAST({k + NAN_CODE_OFFSET} AS INTEGER) "
+                f"WHEN {x} = 'inf'::DOUBLE THEN CAST({k + POS_INF_OFFSET} AS INTEGER) "
+                f"WHEN {x} = '-inf'::DOUBLE THEN CAST({k + NEG_INF_OFFSET} AS INTEGER) "
+                f"ELSE {_search_sql(x, sorted(cuts or []), 0, k)} END")
     raise SpecError(f"fiber rule {rule} gives each candidate its own window; use the sensitivity audit")
 
 
@@ -139,6 +160,8 @@ class EvidenceSQL:
     sql: str
     key_columns: tuple[str, ...]
     cuts: dict[str, list[float]]
+    claim_sql: str = ""   # the claim as NaN- and division-safe SQL over this relation
+    label: str = ""       # the user's name of the relation (for messages)
 
 
 def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
@@ -146,26 +169,45 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
 
     ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
+    Exclusion reasons (first that applies): ``evidence_missing``, ``evidence_nan``, ``evidence_infinite``
+    (only under ``missing = "drop"``; under ``as-value`` they are fibers of their own), ``claim_missing`` (a
+    column the claim reads is empty), ``claim_undefined`` (a division by zero or a NaN in the claim).
     """
-    check_columns((id_column, *emap.columns), available, what="the evidence map")
-    check_columns(claim.columns, available, what=f"claim {claim.text!r}")
-    complete = " AND ".join(f"{quote_identifier(c)} IS NOT NULL" for c in emap.columns)
+    shown = [c for c in available if c != ROW]
+    check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
+    check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
+    types = column_types(con, relation)
+    if emap.rule.kind in {"quantile", "width"}:
+        for col in emap.columns:
+            require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")
+    y_sql = claim_sql(claim, types)
+    q = quote_identifier
+    floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"]
+    complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)
+    finite = " AND ".join(f"isfinite({q(c)})" for c in floats) or "TRUE"
     cuts: dict[str, list[float]] = {}
     if emap.rule.kind == "quantile":
         # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
-        where = f"({claim.sql}) IS NOT NULL" + (f" AND {complete}" if emap.missing == "drop" else "")
+        where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
         for col in emap.columns:
             cuts[col] = quantile_cuts(con, relation, col, int(emap.rule.param or 0), where)
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
     parts = [f"{bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
-    missing = "FALSE" if emap.missing == "as-value" else f"NOT ({complete})"
-    first = quote_identifier(emap.columns[0])
+    reasons = []
+    if emap.missing == "drop":
+        reasons.append(f"WHEN NOT ({complete}) THEN 'evidence_missing'")
+        if floats:
+            reasons.append(f"WHEN {' OR '.join(f'isnan({q(c)})' for c in floats)} THEN 'evidence_nan'")
+            reasons.append(f"WHEN {' OR '.join(f'isinf({q(c)})' for c in floats)} THEN 'evidence_infinite'")
+    if claim.columns:
+        reasons.append(f"WHEN {' OR '.join(f'{q(c)} IS NULL' for c in claim.columns)} THEN 'claim_missing'")
+    reasons.append(f"WHEN ({y_sql}) IS NULL THEN 'claim_undefined'")
+    first = q(emap.columns[0])
     x0 = f"TRY_CAST({first} AS DOUBLE)" if emap.rule.kind != "exact" else "NULL::DOUBLE"
     sql = (
-        f"SELECT CAST({quote_identifier(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
-        f"{x0} AS x0, CAST({claim.sql} AS BOOLEAN) AS y, "
-        f"CASE WHEN ({claim.sql}) IS NULL THEN 'claim missing' "
-        f"WHEN {missing} THEN 'evidence missing' END AS reason "
+        f"SELECT CAST({q(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
+        f"{x0} AS x0, CAST({y_sql} AS BOOLEAN) AS y, "
+        f"CASE {' '.join(reasons)} END AS reason "
         f"FROM {relation}"
     )
-    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts)
+    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, claim_sql=y_sql, label=label_of(relation))

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, Node, quote_identifier
-from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.claims import Claim, Node, quote_identifier, value_kind
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import column_types, duckdb_message
 
 STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
 _counter = itertools.count()
@@ -99,8 +100,8 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
         return None
     ranges: list[tuple[int, int] | None] = []
     for col, k in zip(evidence.columns, ev.key_columns, strict=True):
-        if evidence.rule.kind == "quantile":
-            ranges.append((0, len(ev.cuts.get(col, []))))
+        if evidence.rule.kind == "quantile":  # bins 0 .. K, then the codes of NaN, +inf, -inf
+            ranges.append((0, len(ev.cuts.get(col, [])) + NEG_INF_OFFSET))
         elif str(types[k]).upper() == "BOOLEAN":
             ranges.append((0, 1))
         else:
@@ -136,6 +137,9 @@ def _never_excluded(con: duckdb.DuckDBPyConnection, relation: str, evidence: Evi
     if claim is None or _has_division(claim.tree):
         return False
     cols = list(dict.fromkeys((*evidence.columns, *claim.columns)))
+    types = column_types(con, relation)
+    if any(value_kind(types.get(c, "")) == "float" for c in cols):
+        return False  # NaN or ±inf would exclude a candidate; statistics do not count them
     counts = con.execute(f"SELECT count(*), {', '.join(f'count({quote_identifier(c)})' for c in cols)} "
                          f"FROM {relation}").fetchall()[0]
     return all(c == counts[0] for c in counts[1:])
@@ -262,8 +266,8 @@ def audit_fibers(
         group_evidence(con, ev_t, grp_t, ev, evidence, relation, claim)
     except duckdb.Error as exc:
         con.execute(f"DROP VIEW IF EXISTS {ev_t}")
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
-                         file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=ev.label or relation) from None
     summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
                                        min_support=min_support, labels=labels, fibers_table=fib_t)
     candidates = None

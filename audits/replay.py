@@ -68,10 +68,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import column_types, duckdb_message, label_of, require_numeric
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
 PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)
@@ -450,7 +451,8 @@ def replay_fibers(
     try:
         counts = con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=ev.label or relation) from None
     excluded = np.asarray(counts["seed_index"]) < 0
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
@@ -733,6 +735,11 @@ def replay_windows(
     check_columns(tuple(needed) + ((model_column,) if model_column else ()), available, what="the window replay")
     check_columns(claim.columns, available, what=f"claim {claim.text!r}")
     q = quote_identifier
+    types = column_types(con, relation)
+    require_numeric(con, relation, window.column, types, why="a tolerance window")
+    if window.reference:
+        require_numeric(con, relation, window.reference, types, why="the tolerance's reference")
+    y_sql = claim_sql(claim, types)
     x, ref = q(window.column), (q(window.reference) if window.reference else "NULL::DOUBLE")
     model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
              else (_lit(labels.model) if labels.model is not None else "NULL::VARCHAR"))
@@ -742,15 +749,16 @@ def replay_windows(
         SELECT CAST(dense_rank() OVER (ORDER BY model NULLS FIRST) - 1 AS BIGINT) AS mi, model, x, r, y,
                {_split_list_sql(config, 'h')} AS c
         FROM (SELECT {model} AS model, hash(CAST({q(id_column)} AS VARCHAR)) AS h, CAST({x} AS DOUBLE) AS x,
-                     CAST({ref} AS DOUBLE) AS r, CAST({claim.sql} AS BOOLEAN) AS y
+                     CAST({ref} AS DOUBLE) AS r, CAST({y_sql} AS BOOLEAN) AS y
               FROM {relation}
-              WHERE {x} IS NOT NULL AND ({claim.sql}) IS NOT NULL)
+              WHERE isfinite(CAST({x} AS DOUBLE)) AND ({y_sql}) IS NOT NULL)
         ORDER BY mi""").to_arrow_table()
-        n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE {x} IS NULL OR ({claim.sql}) IS NULL"
-                                 ).fetchall()[0][0]
+        # NaN / ±inf evidence cannot sit in a window: excluded, like missing evidence
+        n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) IS NOT TRUE "
+                                 f"OR ({y_sql}) IS NULL").fetchall()[0][0]
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {exc}",
-                         file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {duckdb_message(exc)}",
+                         file=label_of(relation)) from None
     if not data.num_rows:
         raise InputError(f"no candidate has both a value of {window.column!r} and of the claim "
                          f"{claim.text!r}", file=relation, column=window.column)

@@ -33,9 +33,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, Node, SqlDialect, check_columns, render
 from dcaudit.audits.evidence import EvidenceMap, FiberRule, bin_sql
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, _head, summarise_groups
+from dcaudit.claims import Claim, Node, SqlDialect, check_columns, render
 from dcaudit.errors import InputError, SpecError, require
 
 _counter = itertools.count()
@@ -177,8 +177,8 @@ def evidence_view(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap,
     x0 = f"try_cast({first} AS DOUBLE)" if evidence.rule.kind != "exact" else "CAST(NULL AS DOUBLE)"
     spark.sql(
         f"SELECT CAST({quote(id_column)} AS STRING) AS candidate_id, {', '.join(parts)}, {x0} AS x0, "
-        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim missing' "
-        f"WHEN {missing} THEN 'evidence missing' END AS reason FROM {src}"
+        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim_missing' "
+        f"WHEN {missing} THEN 'evidence_missing' END AS reason FROM {src}"
     ).createOrReplaceTempView(ev)
     return SparkEvidence(ev, keys, cuts, src)
 
@@ -352,7 +352,7 @@ def run_spec_spark(spec: Any, settings: Any, *, out_dir: Path | None = None, rep
     """``run_spec`` for table specs (a file path as source) with every pass over candidates in Spark."""
     from dcaudit.connectors.table import check_file, input_hash
     from dcaudit.pipelines.runner import execute_run
-    from dcaudit.reports.package import concat
+    from dcaudit.storage import concat
 
     source = Path(spec.source)
     if not (source.suffix or source.exists()):

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from dcaudit.config import Settings
 from dcaudit.errors import DcauditError, RunLockedError
-from dcaudit.reports.package import PACKAGE_TABLES, verify_package
+from dcaudit.storage import PACKAGE_TABLES, verify_package
 
 STORAGE_VERSION = "v1.5.0"
 _RUNS_DDL = """

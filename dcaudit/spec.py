@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dcaudit.audits.claims import Claim, parse_claim
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+from dcaudit.claims import Claim, parse_claim
 from dcaudit.errors import SpecError
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",

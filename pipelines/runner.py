@@ -44,8 +44,8 @@ from dcaudit.connectors.table import ROW_ID, input_hash, register_file
 from dcaudit.engine import connect
 from dcaudit.errors import MissingSourceError, RunLockedError
 from dcaudit.reports.console import console
-from dcaudit.reports.package import concat, verify_package, write_package
 from dcaudit.spec import PipelineSpec
+from dcaudit.storage import concat, verify_package, write_package
 
 SECTION_STAGES: dict[str, str] = {
     # section name in a spec -> "module:function"; later stages register here

@@ -13,9 +13,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dcaudit.audits import vision as va
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
+from dcaudit.claims import parse_claim
 from dcaudit.connectors import vision as v
 from dcaudit.errors import InputError
 from dcaudit.pipelines.runner import run_spec

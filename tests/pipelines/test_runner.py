@@ -67,7 +67,7 @@ def test_query_command_reads_the_catalog(first_run: Settings) -> None:
 
 
 def test_failed_write_keeps_the_earlier_run_and_is_marked_failed(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
-    import dcaudit.reports.package as package
+    import dcaudit.storage as package
 
     before = Catalog(first_run).query("SELECT count(*) FROM summary").column(0)[0].as_py()
     calls = {"n": 0}
