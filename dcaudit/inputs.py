@@ -118,6 +118,19 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     return _described(con, view, name, {name: digest}, has_row=isinstance(table, pa.Table))
 
 
+def input_digests(data: object, label: str | None = None) -> dict[str, str]:
+    """Input name -> sha256 of ``data`` without registering it: a file's bytes, or a frame's Arrow stream."""
+    if isinstance(data, str | Path):
+        path = Path(data)
+        if any(ch in path.name for ch in "*?["):
+            return {f.name: sha256_file(f) for f in sorted(path.parent.glob(path.name))}
+        return {path.name: sha256_file(check_file(path))}
+    table, kind = _as_arrow(data)
+    if not isinstance(table, pa.Table):
+        return {label or kind: hashlib.sha256(str(table.schema).encode()).hexdigest()}
+    return {label or kind: _arrow_sha256(table)}
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)[:60] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
 

@@ -49,6 +49,7 @@ class PipelineSpec:
     audits: tuple[AuditTask, ...]
     sections: dict[str, Any] = field(default_factory=dict)  # replay / completion / … as written
     raw: dict[str, Any] = field(default_factory=dict)
+    duplicates: str = "error"     # repeated candidate ids: "error", or "keep" and report them as findings
 
     @property
     def spec_hash(self) -> str:
@@ -126,11 +127,14 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
     source = raw["source"]
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
         raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
-    for key in ("connector", "path", "id"):
+    for key in ("connector", "path", "id", "duplicates"):
         if key in source:
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
             if not source[key].strip():
                 raise SpecError(f"{origin}: [source] {key} is empty")
+    if source.get("duplicates", "error") not in ("error", "keep"):
+        raise SpecError(f"{origin}: [source] duplicates = {source['duplicates']!r}; use \"error\" (default) or "
+                        "\"keep\" (keep repeated ids and report them)")
     _require_type(raw["audits"], list, origin, "audits must be a list of [[audits]] tables")
     if not raw["audits"]:
         raise SpecError(f"{origin}: audits is empty; add at least one [[audits]] table")
@@ -182,4 +186,5 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
         audits=tuple(audits),
         sections=sections,
         raw=raw,
+        duplicates=str(source.get("duplicates", "error")),
     )
