@@ -45,12 +45,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
 from dcaudit.claims import Claim, check_columns, parse_claim
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
 
-POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")
+POLICIES = defaults.COMPLETION_POLICIES
 REFINEMENTS = ("mixed", "full")
 # How response_rank and oracle choose among probes with equal scores (common on small data: most
 # probes leave the calibration certified fraction unchanged): "entropy" prefers the probe that leaves
@@ -92,15 +93,15 @@ class CompletionConfig:
     """What to run; validated on construction."""
 
     probes: tuple[str, ...]
-    seeds: int = 100
-    calibration_fraction: float = 0.5
-    min_support: int = 1
+    seeds: int = defaults.COMPLETION_SEEDS
+    calibration_fraction: float = defaults.CALIBRATION_FRACTION
+    min_support: int = defaults.COMPLETION_MIN_SUPPORT
     policies: tuple[str, ...] = POLICIES
-    random_draws: int = 100
-    seed_offset: int = 0
+    random_draws: int = defaults.RANDOM_DRAWS
+    seed_offset: int = defaults.SEED_OFFSET
     steps: int | None = None          # default: every probe
-    refinement: str = "mixed"
-    tie_break: str = "entropy"
+    refinement: str = defaults.REFINEMENT
+    tie_break: str = defaults.TIE_BREAK
 
     def __post_init__(self) -> None:
         if not self.probes:
@@ -583,15 +584,15 @@ def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
     steps = section.get("steps")
     config = CompletionConfig(
         probes=_as_list(section["probes"], "probes"),
-        seeds=int(section.get("seeds", 100)),
-        calibration_fraction=float(section.get("calibration_fraction", 0.5)),
+        seeds=int(section.get("seeds", CompletionConfig.seeds)),
+        calibration_fraction=float(section.get("calibration_fraction", CompletionConfig.calibration_fraction)),
         min_support=int(section.get("min_support", task.min_support)),
         policies=policies,
-        random_draws=int(section.get("random_draws", 100)),
-        seed_offset=int(section.get("seed_offset", 0)),
+        random_draws=int(section.get("random_draws", CompletionConfig.random_draws)),
+        seed_offset=int(section.get("seed_offset", CompletionConfig.seed_offset)),
         steps=int(steps) if steps is not None else None,
-        refinement=str(section.get("refinement", "mixed")),
-        tie_break=str(section.get("tie_break", "entropy")),
+        refinement=str(section.get("refinement", CompletionConfig.refinement)),
+        tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
     )
     relation = ctx.view_for(section.get("table", task.table))
     result = completion_curves(ctx.con, relation, id_column=ctx.spec.id_column, evidence=evidence, claim=claim,

@@ -68,6 +68,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
@@ -75,8 +76,9 @@ from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, label_of, require_numeric
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
-PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)
+PRICE_GRID = defaults.PRICE_GRID
 MODES = ("exact", "calibrated")
+MAX_SEEDS = 100_000  # beyond this the per-seed tables outgrow any machine; see seeds_fit_memory for the real bound
 SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
 _counter = itertools.count()
 
@@ -85,18 +87,18 @@ _counter = itertools.count()
 class ReplayConfig:
     """How the replay splits, certifies and prices."""
 
-    seeds: int = 100
-    seed_offset: int = 0
-    calibration_fraction: float = 0.5
-    min_support: int = 50
-    mode: Literal["exact", "calibrated"] = "exact"
-    epsilon: float = 0.05
-    delta: float = 0.05
+    seeds: int = defaults.REPLAY_SEEDS
+    seed_offset: int = defaults.SEED_OFFSET
+    calibration_fraction: float = defaults.CALIBRATION_FRACTION
+    min_support: int = defaults.MIN_SUPPORT_FIBERS  # tolerance windows default to 5 (default_min_support)
+    mode: Literal["exact", "calibrated"] = defaults.REPLAY_MODE  # type: ignore[assignment]
+    epsilon: float = defaults.EPSILON
+    delta: float = defaults.DELTA
     prices: tuple[float, ...] = PRICE_GRID
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise SpecError(f"replay: seeds must be >= 1, got {self.seeds}")
+        if not 1 <= self.seeds <= MAX_SEEDS:
+            raise SpecError(f"replay: seeds must be from 1 to {MAX_SEEDS}, got {self.seeds}")
         if not 0.0 < self.calibration_fraction < 1.0:
             raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
@@ -697,6 +699,32 @@ def _group_tolerance(con: duckdb.DuckDBPyConnection, tol: Tolerance, error: np.n
     return value, defined
 
 
+_BYTES_PER_CANDIDATE_SEED = 4  # the split list (Arrow) and its numpy matrix copies, per candidate and seed
+
+
+def check_seeds_fit(con: duckdb.DuckDBPyConnection, relation: str, seeds: int) -> None:
+    """A window replay holds a (candidate, seed) matrix: refuse seeds that cannot fit the memory limit."""
+    n = con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0]
+    limit = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchall()
+    limit_bytes = _bytes(limit[0][0]) if limit else None
+    need = int(n) * int(seeds) * _BYTES_PER_CANDIDATE_SEED
+    if limit_bytes and need > limit_bytes:
+        fit = max(1, limit_bytes // max(1, int(n) * _BYTES_PER_CANDIDATE_SEED))
+        raise SpecError(f"replay: {seeds} seeds over {n} candidates need about {need / 2**30:.1f} GiB, more than "
+                        f"the memory limit ({limit[0][0]}); use at most {fit} seeds or raise --memory-limit")
+
+
+def _bytes(text: str) -> int | None:
+    import re
+
+    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", str(text))
+    if not m:
+        return None
+    units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20,
+             "GiB": 2**30, "TiB": 2**40, "PB": 10**15, "PiB": 2**50}
+    return int(float(m.group(1)) * units.get(m.group(2), 1))
+
+
 def _split_list_sql(cfg: ReplayConfig, h: str) -> str:
     """Calibration membership of hash ``h`` at every seed as one list (index = seed − offset).
 
@@ -715,7 +743,7 @@ def replay_windows(
     id_column: str,
     window: WindowSpec,
     claim: Claim,
-    config: ReplayConfig = ReplayConfig(min_support=5),
+    config: ReplayConfig = ReplayConfig(min_support=defaults.MIN_SUPPORT_WINDOWS),
     labels: AuditLabels,
     model_column: str | None = None,
 ) -> pa.Table:
@@ -741,6 +769,7 @@ def replay_windows(
         require_numeric(con, relation, window.reference, types, why="the tolerance's reference")
     y_sql = claim_sql(claim, types)
     x, ref = q(window.column), (q(window.reference) if window.reference else "NULL::DOUBLE")
+    check_seeds_fit(con, relation, config.seeds)
     model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
              else (_lit(labels.model) if labels.model is not None else "NULL::VARCHAR"))
     try:
@@ -795,6 +824,9 @@ def replay_windows(
 # ---------------------------------------------------------------------------------------------------
 # Pipeline stage: the [replay] section of a spec.
 
+default_min_support = defaults.replay_min_support  # 50 for fibers, 5 for tolerance windows
+
+
 _SECTION_KEYS = {"audits", "seeds", "seed_offset", "calibration_fraction", "min_support", "mode", "epsilon",
                  "delta", "prices", "tolerance", "reference", "model_column"}
 
@@ -815,16 +847,17 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     if unknown:
         raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
     windowed = "tolerance" in raw
+    d = ReplayConfig
     try:
         cfg = ReplayConfig(
-            seeds=int(raw.get("seeds", 100)),
-            seed_offset=int(raw.get("seed_offset", 0)),
-            calibration_fraction=float(raw.get("calibration_fraction", 0.5)),
-            min_support=int(raw.get("min_support", 5 if windowed else 50)),
-            mode=str(raw.get("mode", "exact")),  # type: ignore[arg-type]
-            epsilon=float(raw.get("epsilon", 0.05)),
-            delta=float(raw.get("delta", 0.05)),
-            prices=tuple(float(p) for p in raw.get("prices", PRICE_GRID)),
+            seeds=int(raw.get("seeds", d.seeds)),
+            seed_offset=int(raw.get("seed_offset", d.seed_offset)),
+            calibration_fraction=float(raw.get("calibration_fraction", d.calibration_fraction)),
+            min_support=int(raw.get("min_support", default_min_support(windowed=windowed))),
+            mode=str(raw.get("mode", d.mode)),  # type: ignore[arg-type]
+            epsilon=float(raw.get("epsilon", d.epsilon)),
+            delta=float(raw.get("delta", d.delta)),
+            prices=tuple(float(p) for p in raw.get("prices", d.prices)),
         )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{origin}: {exc}") from exc

@@ -27,6 +27,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, FiberRule, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.audits.replay import Tolerance, parse_tolerance
@@ -34,7 +35,7 @@ from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, label_of, require_numeric
 
-DEFAULT_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", "knn:25", "knn:50", "knn:100")
+DEFAULT_RULES = defaults.SENSITIVITY_RULES
 _counter = itertools.count()
 
 

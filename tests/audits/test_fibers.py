@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.claims import parse_claim
-from dcaudit.errors import ClaimError, InputError, SpecError
+from dcaudit.errors import ClaimError, SpecError
 
 LABELS = AuditLabels("test", "a")
 
