@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dcaudit import defaults
 from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
@@ -225,7 +226,7 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
     from dcaudit.spec import spec_from_dict
 
     source: dict[str, Any] = {"path": _source_label(data), "id": id or ROW}
-    if duplicates != "error":
+    if duplicates != defaults.DUPLICATES:
         source["duplicates"] = duplicates
     raw = {"name": name or adhoc_name(data), "source": source,
            "audits": [{"id": "audit", "claim": claim, "evidence": evidence_list(evidence), "fiber_rule": fiber_rule,
@@ -235,10 +236,12 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
 
 
 def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
-             out: str | Path | None, force: bool, quiet: bool) -> Result:
+             out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb") -> Result:
     from dcaudit.pipelines import runner
 
     s = _settings(settings)
+    if engine not in ("duckdb", "spark"):
+        raise SpecError(f"engine = {engine!r}; use 'duckdb' or 'spark'")
     if record or out is not None:
         out_dir = Path(out) if out is not None else None
         if out_dir is not None:
@@ -247,8 +250,16 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
             if out_dir.exists() and any(out_dir.iterdir()) and not force:
                 raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "
                                 "package is kept until the new one is complete)")
+        if engine == "spark":
+            if not isinstance(data, str | Path):
+                raise SpecError("engine = 'spark' reads files (paths Spark can see), not in-memory frames")
+            from dcaudit.audits.spark_engine import run_spec_spark
+
+            return _from_run(run_spec_spark(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet))
         return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,
                                          data=data if not isinstance(data, str | Path) else None))
+    if engine == "spark":
+        raise SpecError("engine = 'spark' records its runs: pass record=True (the CLI does)")
     prepared = runner.prepare_source(spec, s, data if not isinstance(data, str | Path) else None)
     tables, extra = runner.compute_spec(spec, s, prepared, quiet=True)
     run_id = _new_run_id(spec.name)
@@ -258,9 +269,9 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
 
 def audit(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None = None,
           fiber_rule: str = _FIBER_RULE, min_support: int = _SUPPORT, missing: str = _MISSING,
-          duplicates: Duplicates = "error", settings: Settings | None = None, record: bool = False,
+          duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
           out: str | Path | None = None, force: bool = False, name: str | None = None,
-          quiet: bool = True) -> Result:
+          quiet: bool = True, engine: str = "duckdb") -> Result:
     """Does ``evidence`` decide ``claim``? The mixed-fiber audit of one table.
 
     ``evidence``: column names (a list, or one comma-separated string); ``claim``: a boolean expression
@@ -272,7 +283,7 @@ def audit(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
     """
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=min_support,
                  missing=missing, duplicates=duplicates, sections={}, name=name, origin="dcaudit.audit()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
 
 
 def _defaults_of(config: type) -> dict[str, Any]:
@@ -284,9 +295,9 @@ def _defaults_of(config: type) -> dict[str, Any]:
 def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None = None,
            fiber_rule: str = _FIBER_RULE, missing: str = _MISSING, min_support: int | None = None,
            tolerance: str | float | None = None, reference: str | None = None,
-           duplicates: Duplicates = "error", settings: Settings | None = None, record: bool = False,
+           duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
            out: str | Path | None = None, force: bool = False, name: str | None = None, quiet: bool = True,
-           **config: Any) -> Result:
+           engine: str = "duckdb", **config: Any) -> Result:
     """Held-out certify-then-acquire replay: what would acting on ``evidence`` cost?
 
     Splits candidates into calibration and test (``seeds``, ``seed_offset``, ``calibration_fraction``),
@@ -313,11 +324,11 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
                  missing=missing, duplicates=duplicates, sections={"replay": section}, name=name,
                  origin="dcaudit.replay()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
 
 
 def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes: str | Sequence[str],
-             id: str | None = None, fiber_rule: str = _FIBER_RULE, duplicates: Duplicates = "error",
+             id: str | None = None, fiber_rule: str = _FIBER_RULE, duplicates: Duplicates = defaults.DUPLICATES,
              settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
              force: bool = False, name: str | None = None, quiet: bool = True, **config: Any) -> Result:
     """Completion curves: which of ``probes`` to measure next, and what each one certifies on held-out data.
@@ -341,7 +352,7 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
 
 def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = None,
                 rules: Sequence[str] | None = None, tolerances: Sequence[str | float] | None = None,
-                reference: str | None = None, min_support: int = _SUPPORT, duplicates: Duplicates = "error",
+                reference: str | None = None, min_support: int = _SUPPORT, duplicates: Duplicates = defaults.DUPLICATES,
                 settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
                 force: bool = False, name: str | None = None, quiet: bool = True) -> Result:
     """How the audit moves with the fiber resolution of one numeric evidence column: quantile bins and the

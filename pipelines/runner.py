@@ -416,8 +416,3 @@ def _note_support_moves(ctx: StageContext) -> None:
         for support, unsup, audit_id in rows[1:]:
             ctx.notes.append(f"{audit_id}: min_support {support} moves {unsup - base_unsup} candidates "
                              f"from certified to 'unsupported' (vs min_support {base_support}, {base_id})")
-
-
-def log_notes(result: RunResult) -> None:
-    for note in result.notes:
-        console.print(f"[dim]{note}[/dim]")
