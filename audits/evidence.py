@@ -35,20 +35,20 @@ NAN_CODE_OFFSET, POS_INF_OFFSET, NEG_INF_OFFSET = 1, 2, 3
 _WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF = -(2**63) + 1, 2**63 - 1, -(2**63) + 2
 
 
-def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, column: str, k: int,
-                  where: str = "TRUE") -> list[float]:
-    """Interior cut points of ``k`` equal-count bins over the finite values, deduplicated (ties never
-    straddle a cut). NaN and ±inf never move a cut."""
+def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
+                  where: str = "TRUE") -> dict[str, list[float]]:
+    """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
+    (ties never straddle a cut). NaN and ±inf never move a cut. One scan for all columns."""
     if k > MAX_QUANTILE_BINS:
         raise SpecError(f"fiber rule quantile:{k} asks for more than {MAX_QUANTILE_BINS} bins; a fiber rule "
                         "needs far fewer bins than candidates (e.g. quantile:20)")
-    q = quote_identifier(column)
     probs = ", ".join(f"{i / k!r}" for i in range(1, k))
-    row = con.execute(
-        f"SELECT quantile_cont(CAST({q} AS DOUBLE), [{probs}]) FROM {relation} "
-        f"WHERE {q} IS NOT NULL AND isfinite(CAST({q} AS DOUBLE)) AND {where}"
-    ).fetchall()[0][0]
-    return sorted({float(c) for c in row}) if row else []
+    aggs = []
+    for column in columns:
+        x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+        aggs.append(f"quantile_cont({x}, [{probs}]) FILTER (WHERE isfinite({x}))")
+    row = con.execute(f"SELECT {', '.join(aggs)} FROM {relation} WHERE {where}").fetchall()[0]
+    return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
 
 
 def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
@@ -119,8 +119,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     if emap.rule.kind == "quantile":
         # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
         where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
-        for col in emap.columns:
-            cuts[col] = quantile_cuts(con, relation, col, int(emap.rule.param or 0), where)
+        cuts = quantile_cuts(con, relation, emap.columns, int(emap.rule.param or 0), where)
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
     parts = [f"{bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
     reasons = []

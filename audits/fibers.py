@@ -63,6 +63,15 @@ def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
             benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
             CAST(median_fiber_size AS DOUBLE) AS median_fiber_size"""
 
+def readable_sql(key: str, duckdb_type: str) -> str:
+    """A key part as text, the same for the same value whatever the input's type: a float that is a whole
+    number reads as one (``1``, not ``1.0``: pandas stores integer labels with gaps as floats), NULL as NA."""
+    if value_kind(duckdb_type) == "float":
+        return (f"coalesce(CASE WHEN {key} = floor({key}) AND abs({key}) < 1e15 THEN CAST(CAST({key} AS BIGINT) "
+                f"AS VARCHAR) ELSE CAST({key} AS VARCHAR) END, 'NA')")
+    return f"coalesce(CAST({key} AS VARCHAR), 'NA')"
+
+
 def status_sql(n: str, n_true: str, min_support: int) -> str:
     return (
         f"CASE WHEN {n_true} > 0 AND {n_true} < {n} THEN 'ambiguous' "
@@ -119,8 +128,9 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
                 ranges[i] = (0, 0)
                 continue
             if evidence.rule.kind == "width":
-                lo, hi = (con.execute(f"SELECT {bin_sql('v', evidence.rule, None)} FROM (SELECT {v!r} AS v)")
-                          .fetchall()[0][0] for v in (float(lo), float(hi)))
+                lo, hi = (con.execute(f"SELECT {bin_sql('v', evidence.rule, None)} FROM "
+                                      f"(SELECT CAST('{v!r}' AS DOUBLE) AS v)").fetchall()[0][0]
+                          for v in (float(lo), float(hi)))
             ranges[i] = (int(lo), int(hi))
     size = 2  # the audited flag
     for lo, hi in ranges:  # type: ignore[misc]
@@ -199,7 +209,9 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
     created as a temp table (fiber_key and status per key), left for the caller to join and drop.
     """
     keys = ", ".join(key_columns)
-    key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in key_columns)
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {groups})").fetchall())
+    # concat_ws is one flat call: a chain of || would nest once per column (thousands of evidence columns)
+    key_str = "concat_ws(',', " + ", ".join(readable_sql(k, str(types.get(k, ""))) for k in key_columns) + ")"
     fib_t = fibers_table
     grp_t = groups
     con.execute(

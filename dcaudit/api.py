@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
     from dcaudit.pipelines.runner import RunResult
     from dcaudit.spec import PipelineSpec
 
-__all__ = ["Result", "audit", "catalog", "complete", "load", "replay", "run", "sensitivity"]
+__all__ = ["Result", "audit", "connect_catalog", "complete", "load", "replay", "run", "sensitivity"]
 
 # Defaults, read from the config objects (one definition each).
 _FIBER_RULE = str(EvidenceMap.rule)
@@ -403,7 +403,7 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
                    manifest=manifest)
 
 
-def catalog(settings: Settings | None = None) -> duckdb.DuckDBPyConnection:
+def connect_catalog(settings: Settings | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection to ``catalog.duckdb`` (views: runs, summary, fibers, candidates, …)."""
     import duckdb
 

@@ -48,7 +48,7 @@ class Node:
 
 # Limits instead of exhaustion: a claim is a short boolean expression, and a parser or renderer that recursed
 # without bound would die with RecursionError (or make DuckDB plan an expression thousands deep).
-MAX_CLAIM_LENGTH = 20_000
+MAX_CLAIM_LENGTH = 100_000
 MAX_NESTING = 40   # parentheses, unary minus and `not`, nested into each other
 MAX_TERMS = 2_000  # operands of one claim (and/or chains are flattened, so they do not nest)
 CLAIM_GRAMMAR = ("a claim may use column names (double-quote names with - or spaces: \"SR-p53\"), numbers, "

@@ -395,8 +395,11 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
     if key in ctx.checked_ids or ctx.spec.id_column == ROW:
         return
     ctx.checked_ids.add(key)
+    from dcaudit.claims import claim_sql
+    from dcaudit.inputs import column_types
+
     found = check_ids(ctx.con, view, ctx.spec.id_column, duplicates=ctx.spec.duplicates, source=ctx.source,
-                      claim_sql=None)
+                      claim_sql=claim_sql(task.claim, column_types(ctx.con, view)))
     if found is not None and found.num_rows:
         ctx.findings.append(found)
         ctx.notes.append(f"{found.num_rows} candidate id(s) repeat in {label_of(view)}; kept, each row audited "

@@ -56,10 +56,14 @@ def excluded_line(candidates: pa.Table | None) -> str | None:
             continue
         counts = sorted(((r["values"], r["counts"]) for r in reasons.to_pylist()), key=lambda kv: -kv[1])
         total = sum(n for _, n in counts)
-        name = f"{audit}: " if audit is not None and len(audits) > 1 else ""
-        parts.append(f"{name}{total} of {rows.num_rows} candidates excluded: "
-                     + ", ".join(f"{reason} {n}" for reason, n in counts))
-    return "; ".join(parts) or None
+        parts.append((str(audit), f"{total} of {rows.num_rows} candidates excluded: "
+                      + ", ".join(f"{reason} {n}" for reason, n in counts)))
+    by_text: dict[str, list[str]] = {}
+    for audit, text in parts:  # audits that exclude the same candidates share one line
+        by_text.setdefault(text, []).append(audit)
+    if len(by_text) == 1 and len(audits) == len(parts):
+        return next(iter(by_text))
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in by_text.items()) or None
 
 
 def print_summary(summary: pa.Table, title: str, candidates: pa.Table | None = None) -> None:
