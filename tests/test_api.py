@@ -180,3 +180,16 @@ def test_unknown_options_are_named() -> None:
         dcaudit.replay(frame, evidence="e", claim="y = 1", id="id", seedz=3)
     with pytest.raises(dcaudit.api.SpecError, match="cannot audit a builtins.dict"):
         dcaudit.audit({"e": [0]}, evidence="e", claim="y = 1")
+
+
+def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
+    n = 120
+    frame = pl.DataFrame({"id": [f"c{i}" for i in range(n)], "x": [i / n for i in range(n)],
+                          "p": [i % 2 for i in range(n)], "q": [(i // 3) % 2 for i in range(n)],
+                          "y": [int(i > n / 2 or i % 7 == 0) for i in range(n)]})
+    sens = dcaudit.sensitivity(frame, evidence="x", claim="y = 1", id="id", rules=["quantile:4", "knn:10"])
+    assert sens.sensitivity["fiber_rule"].to_list() == ["quantile:4", "knn:10"]
+    done = dcaudit.complete(frame, evidence="p", claim="y = 1", probes=["q", "x"], id="id", seeds=3,
+                            policies=["response_rank", "random"], random_draws=2)
+    steps = done.completion.filter(pl.col("seed").is_null())
+    assert set(steps["policy"]) == {"response_rank", "random"} and steps["step"].max() == 2
