@@ -58,18 +58,20 @@ def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
     if rule.kind == "exact":
         return col
     x = f"CAST({col} AS DOUBLE)"
+    # Portable SQL (DuckDB and Spark): isnan() and comparisons with ±Infinity, no isfinite()
+    pos, neg = "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)"
     if rule.kind == "width":
-        return (f"CASE WHEN isfinite({x}) THEN CAST(floor({x} / {rule.param!r}) AS BIGINT) "
-                f"WHEN isnan({x}) THEN {_WIDTH_NAN} WHEN {x} > 0 THEN {_WIDTH_POS_INF} "
-                f"WHEN {x} < 0 THEN {_WIDTH_NEG_INF} END")
+        return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN {_WIDTH_NAN} "
+                f"WHEN {x} = {pos} THEN {_WIDTH_POS_INF} WHEN {x} = {neg} THEN {_WIDTH_NEG_INF} "
+                f"ELSE CAST(floor({x} / {rule.param!r}) AS BIGINT) END")
     if rule.kind == "quantile":
         # Bin index = number of cut points strictly below the value: bins are (lo, hi]. Found by binary
         # search over the sorted cuts as nested CASEs (log2 K comparisons per value instead of K - 1:
         # ~40 % faster grouping at 20 bins).
         k = len(cuts or [])
         return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN CAST({k + NAN_CODE_OFFSET} AS INTEGER) "
-                f"WHEN {x} = 'inf'::DOUBLE THEN CAST({k + POS_INF_OFFSET} AS INTEGER) "
-                f"WHEN {x} = '-inf'::DOUBLE THEN CAST({k + NEG_INF_OFFSET} AS INTEGER) "
+                f"WHEN {x} = {pos} THEN CAST({k + POS_INF_OFFSET} AS INTEGER) "
+                f"WHEN {x} = {neg} THEN CAST({k + NEG_INF_OFFSET} AS INTEGER) "
                 f"ELSE {_search_sql(x, sorted(cuts or []), 0, k)} END")
     raise SpecError(f"fiber rule {rule} gives each candidate its own window; use the sensitivity audit")
 

@@ -173,12 +173,15 @@ def evidence_view(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap,
     keys = tuple(f"k{i}" for i in range(len(evidence.columns)))
     parts = [f"{_bin_sql(c, evidence.rule, cuts.get(c))} AS {k}" for c, k in zip(evidence.columns, keys, strict=True)]
     missing = "FALSE" if evidence.missing == "as-value" else f"NOT ({complete})"
+    # the same reasons, in the same order, as dcaudit.audits.evidence.evidence_select
+    claim_nulls = " OR ".join(f"{quote(c)} IS NULL" for c in claim.columns) or "FALSE"
     first = quote(evidence.columns[0])
     x0 = f"try_cast({first} AS DOUBLE)" if evidence.rule.kind != "exact" else "CAST(NULL AS DOUBLE)"
     spark.sql(
         f"SELECT CAST({quote(id_column)} AS STRING) AS candidate_id, {', '.join(parts)}, {x0} AS x0, "
-        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim_missing' "
-        f"WHEN {missing} THEN 'evidence_missing' END AS reason FROM {src}"
+        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN {missing} THEN 'evidence_missing' "
+        f"WHEN {claim_nulls} THEN 'claim_missing' WHEN ({cs}) IS NULL THEN 'claim_undefined' END AS reason "
+        f"FROM {src}"
     ).createOrReplaceTempView(ev)
     return SparkEvidence(ev, keys, cuts, src)
 
