@@ -71,11 +71,12 @@ import pyarrow as pa
 from dcaudit.audits.claims import Claim, check_columns, quote_identifier
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels
+from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
 from dcaudit.errors import InputError, SpecError
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
 PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)
-MODES = ("exact", "calibrated")
+MODES = ("exact", "calibrated", "familywise")
 SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
 _counter = itertools.count()
 
@@ -88,7 +89,7 @@ class ReplayConfig:
     seed_offset: int = 0
     calibration_fraction: float = 0.5
     min_support: int = 50
-    mode: Literal["exact", "calibrated"] = "exact"
+    mode: Literal["exact", "calibrated", "familywise"] = "exact"
     epsilon: float = 0.05
     delta: float = 0.05
     prices: tuple[float, ...] = PRICE_GRID
@@ -163,22 +164,6 @@ class WindowSpec:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Clopper–Pearson, vectorised (scipy's inverse incomplete beta).
-
-def cp_upper(k: np.ndarray, n: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
-    """One-sided Clopper–Pearson upper bound on a rate, k events in n trials, confidence 1 − delta."""
-    from scipy.special import betaincinv  # scipy.stats costs a second to import; this does not
-
-    k = np.asarray(k, dtype=float)
-    n = np.asarray(n, dtype=float)
-    a, b = k + 1.0, np.maximum(n - k, 1.0)
-    with np.errstate(invalid="ignore"):
-        bound = betaincinv(a, b, 1.0 - np.asarray(delta, dtype=float))
-    # k = n (or no trials) bounds nothing.
-    return np.where((k >= n) | (n <= 0), 1.0, bound)
-
-
-# ---------------------------------------------------------------------------------------------------
 # SQL building blocks.
 
 def _lit(value: object) -> str:
@@ -207,7 +192,8 @@ class ReplayLabels:
 _SPREAD = ("certified_fraction", "false_decision_rate", "acquisitions", "break_even_price")
 _MEANS = ("n_calibration", "n_test", "tolerance", "certified", "certified_fraction", "decided_fraction",
           "false_decisions", "false_decision_rate", "false_rate_certified", "risk_bound", "risk_bound_max",
-          "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions")
+          "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions",
+          "false_rate_certified_bound")
 
 
 def _float(values: Any) -> np.ndarray:
@@ -255,6 +241,9 @@ def _policy_columns(ps: dict[str, np.ndarray], cfg: ReplayConfig) -> dict[str, n
         put("break_even_price", _ratio(false_fm - false[policy], acq[policy])
             if policy == "certify_then_acquire" else nan)
         put("baseline_false_decisions", false_fm)
+        # pooled Clopper–Pearson bound on the held-out false-decision rate among the decisions acted on
+        put("false_rate_certified_bound", np.where(acted[policy] > 0, cp_upper(false[policy], acted[policy],
+                                                                               cfg.delta), np.nan))
         cost = false[policy][:, None] + prices[None, :] * acq[policy][:, None]
         if policy == "certified_only":  # decides only part of the test set: no total cost
             cost = np.full_like(cost, np.nan)
@@ -422,6 +411,24 @@ def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_col
 # ---------------------------------------------------------------------------------------------------
 # Public API.
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """A replay's two tables: ``replay`` (policy × seed, as in DESIGN §4) and ``costs`` (policy × price × seed)."""
+
+    replay: pa.Table
+    costs: pa.Table
+
+
+def _costs(ps: dict[str, Any], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
+    const = {"source": labels.source, "audit_id": labels.audit_id, "claim": labels.claim,
+             "evidence": labels.evidence, "fiber_rule": labels.fiber_rule, "certification": labels.certification,
+             "mode": cfg.mode}
+    table = cost_table(ps, prices=tuple(cfg.prices), const=const, pooled=pooled)
+    n = table.num_rows
+    return (table.append_column("min_support", pa.array([cfg.min_support] * n, pa.int64()))
+            .append_column("delta", pa.array([cfg.delta] * n, pa.float64())))
+
+
 def replay_fibers(
     con: duckdb.DuckDBPyConnection,
     relation: str,
@@ -433,6 +440,21 @@ def replay_fibers(
     labels: AuditLabels,
 ) -> pa.Table:
     """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width)."""
+    return fiber_replay(con, relation, id_column=id_column, evidence=evidence, claim=claim, config=config,
+                        labels=labels).replay
+
+
+def fiber_replay(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(),
+    labels: AuditLabels,
+) -> ReplayResult:
+    """:func:`replay_fibers` with the ``costs`` table of every policy at every price of the grid."""
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
     ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
@@ -455,7 +477,7 @@ def replay_fibers(
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
     ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
-    return _replay_table(ps, config, names, pooled=False)
+    return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
 
 
 def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str | None) -> dict[str, np.ndarray]:
@@ -493,13 +515,26 @@ def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str
         if cfg.mode == "exact":
             certified = seen & (n_cal >= cfg.min_support) & (minority == 0)
             bound = np.where(seen & (minority == 0), 1.0 - cfg.delta ** (1.0 / np.where(seen, n_cal, 1.0)), np.nan)
-        else:
+        elif cfg.mode == "calibrated":
             bound = np.where(seen, cp_upper(minority, n_cal, cfg.delta), np.nan)
             certified = seen & (n_cal >= cfg.min_support) & (bound <= cfg.epsilon)
+        else:  # familywise: Holm across the supported fibers of each seed, alpha = delta
+            bound = np.where(seen, cp_upper(minority, n_cal, cfg.delta), np.nan)
+            tested = seen & (n_cal >= cfg.min_support)
+            certified = tested.copy()
+            certified[tested] = holm(unit_seed[tested], binomial_pvalue(minority[tested], n_cal[tested],
+                                                                        cfg.epsilon), cfg.delta)
     fm_dec = np.where(seen, maj, gmaj)
 
     def wrong(decision: np.ndarray) -> np.ndarray:
         return np.where(decision, n_test - t_test, t_test)
+
+    # price-aware: the benchmark-only action per fiber, judged by the calibration members against it; an
+    # unseen fiber's action is the global majority, so its error is estimated from the whole calibration half
+    g_against = np.where(gmaj, (seed_cal - seed_cal_true)[unit_seed], seed_cal_true[unit_seed])
+    k_against = np.where(seen, np.where(fm_dec, n_cal - t_cal, t_cal), g_against)
+    priced = price_aware_outcomes(unit_seed, n_seeds, k_against, np.where(seen, n_cal, seed_cal[unit_seed]),
+                                  wrong(fm_dec), n_test, cfg.prices, cfg.delta)
 
     n_cert = per_seed(np.where(certified, n_test, 0))
     weighted = per_seed(np.where(certified, np.nan_to_num(bound) * n_test, 0))
@@ -517,7 +552,7 @@ def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str
         "false_gm": per_seed(wrong(gmaj)),
         "risk_bound": np.where(n_cert > 0, weighted / np.where(n_cert > 0, n_cert, 1), np.nan),
         "risk_bound_max": np.where(np.isfinite(bound_max), bound_max, np.nan),
-    }
+    } | priced
 
 
 _DENSE_POSITIONS = 16_000_000  # (model, rank) -> row table entries (int32, 64 MB) before binary search instead
@@ -607,7 +642,8 @@ def window_counts(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.nd
     return WindowRows(group, order[row], y[row], both >> 32, both & 0xFFFFFFFF, totals >> 32, totals & 0xFFFFFFFF)
 
 
-def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> dict[str, np.ndarray]:
+def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_group: np.ndarray | None = None,
+                     t_group: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per-group (model × seed) outcome counts from every test candidate's window; vectorised, no loop.
 
     The risk bound is evaluated only where it decides or is reported: in exact mode on the certified
@@ -628,10 +664,25 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> d
         pairs, pair_of = np.unique(minority[supported] * span + n_cal[supported], return_inverse=True)
         p_bound = cp_upper(pairs // span, pairs % span, cfg.delta)
         certified = supported.copy()
-        certified[supported] = p_bound[pair_of] <= cfg.epsilon
+        if cfg.mode == "calibrated":
+            certified[supported] = p_bound[pair_of] <= cfg.epsilon
+        else:  # familywise: Holm across the supported windows of each (model, seed) group, alpha = delta
+            p_value = binomial_pvalue(pairs // span, pairs % span, cfg.epsilon)[pair_of]
+            certified[supported] = holm(group[supported], p_value, cfg.delta)
         cert_bound = p_bound[pair_of][certified[supported]]
     # the benchmark-only action on a window: its majority (>= 0.5 -> true), as in the paper
     fm_dec = np.where(n_cal >= cfg.min_support, 2 * t_cal >= n_cal, g_maj)
+    # price-aware: act on that action where the window's calibration members rarely contradict it; below
+    # support the action is the global majority, and its error is estimated from the group's calibration half
+    fallback = n_cal < cfg.min_support
+    k_against = np.where(fm_dec, n_cal - t_cal, t_cal)
+    n_against = n_cal
+    if n_group is not None and t_group is not None:
+        n_g, t_g = np.asarray(n_group)[group], np.asarray(t_group)[group]
+        k_against = np.where(fallback, np.where(g_maj, n_g - t_g, t_g), k_against)
+        n_against = np.where(fallback, n_g, n_cal)
+    priced = price_aware_outcomes(group, n_groups, k_against, n_against, (fm_dec != y).astype(float),
+                                  np.ones(len(group)), cfg.prices, cfg.delta)
     code = (certified.astype(np.int64) * 8 + (certified & ((2 * t_cal > n_cal) != y)) * 4
             + (fm_dec != y) * 2 + (g_maj != y))
     counts = np.bincount(group * 16 + code, minlength=n_groups * 16).reshape(n_groups, 16)
@@ -652,7 +703,7 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> d
         "false_gm": total(1),
         "risk_bound": np.where(n_cert > 0, bound_sum / np.where(n_cert > 0, n_cert, 1.0), np.nan),
         "risk_bound_max": np.where(np.isfinite(bound_max), bound_max, np.nan),
-    }
+    } | priced
 
 
 def _per_model(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -717,6 +768,22 @@ def replay_windows(
     labels: AuditLabels,
     model_column: str | None = None,
 ) -> pa.Table:
+    """Error-window replay (see :func:`window_replay`); the ``replay`` table only."""
+    return window_replay(con, relation, id_column=id_column, window=window, claim=claim, config=config,
+                         labels=labels, model_column=model_column).replay
+
+
+def window_replay(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    window: WindowSpec,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(min_support=5),
+    labels: AuditLabels,
+    model_column: str | None = None,
+) -> ReplayResult:
     """Error-window replay: a test candidate is certified by the calibration candidates within ``tol``.
 
     With ``model_column`` the relation is long (one row per model × candidate); every model is replayed
@@ -772,7 +839,7 @@ def replay_windows(
     rows = window_counts(cand_x, mi, cand_y, is_cal, tolerance, defined)
     n_cal, t_cal = rows.n_calibration, rows.t_calibration
     n_test = np.repeat(np.diff(np.append(starts, data.num_rows)), n_seeds) - n_cal
-    ps = _window_outcomes(rows, 2 * t_cal > n_cal, config) | {
+    ps = _window_outcomes(rows, 2 * t_cal > n_cal, config, n_cal, t_cal) | {
         "model": np.repeat(models, n_seeds),
         "seed": np.tile(np.arange(n_seeds, dtype=np.int64) + int(config.seed_offset), len(models)),
         "n_calibration": n_cal.astype(float),
@@ -781,7 +848,8 @@ def replay_windows(
     }
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, window.column,
                          f"window:{window.tolerance}", "window", int(n_excluded))
-    return _replay_table(ps, config, names, pooled=model_column is not None)
+    pooled = model_column is not None
+    return ReplayResult(_replay_table(ps, config, names, pooled=pooled), _costs(ps, config, names, pooled=pooled))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -842,6 +910,11 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
         raise SpecError(f"[replay] audits {missing} are not audits of spec {ctx.spec.name!r} "
                         f"(it has {sorted(tasks)})")
     out: list[pa.Table] = []
+    costs: list[pa.Table] = []
+    if section.config.mode == "familywise":
+        ctx.notes.append(f"replay: family-wise certification — Holm step-down across the fibers (windows) with "
+                         f">= {section.config.min_support} calibration members of each seed, exact binomial "
+                         f"p-values of 'error rate > {section.config.epsilon:g}', alpha = {section.config.delta:g}")
     for audit_id in chosen:
         task = tasks[audit_id]
         view = ctx.view_for(task.table)
@@ -851,10 +924,26 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
                 raise SpecError(f"[replay] tolerance windows need one evidence column; audit {audit_id!r} has "
                                 f"{len(task.evidence.columns)}")
             window = WindowSpec(task.evidence.columns[0], section.tolerance, section.reference)
-            out.append(replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
-                                      claim=task.claim, config=section.config, labels=labels,
-                                      model_column=section.model_column))
+            result = window_replay(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
+                                   config=section.config, labels=labels, model_column=section.model_column)
         else:
-            out.append(replay_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
-                                     claim=task.claim, config=section.config, labels=labels))
-    return {"replay": out}
+            result = fiber_replay(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
+                                  claim=task.claim, config=section.config, labels=labels)
+        out.append(result.replay)
+        costs.append(result.costs)
+        ctx.notes.extend(price_notes(result.costs, audit_id))
+    return {"replay": out, "costs": costs}
+
+
+def price_notes(costs: pa.Table, audit_id: str) -> list[str]:
+    """One line per replay: where price_aware is significantly costlier than the best fixed policy, if anywhere."""
+    rows = [r for r in costs.to_pylist() if r["seed"] is None and r["policy"] == "price_aware"
+            and r["model"] is None]
+    if not rows:
+        return []
+    worse = [f"{r['price']:g} (+{r['diff_vs_best']:.2g} per candidate)" for r in rows
+             if r["diff_low"] is not None and r["diff_low"] > 0]
+    better = sum(1 for r in rows if r["diff_high"] is not None and r["diff_high"] < 0)
+    tail = f"significantly costlier at price {', '.join(worse)}" if worse else "never significantly costlier"
+    return [f"{audit_id}: price_aware vs the best of majority / certify_then_acquire per price: cheaper at "
+            f"{better} of {len(rows)} prices (95% interval below 0), {tail}"]
