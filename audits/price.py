@@ -73,11 +73,13 @@ def jeffreys_mean(k: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def binomial_pvalue(k: np.ndarray, n: np.ndarray, epsilon: float) -> np.ndarray:
     """P(X <= k) for X ~ Binomial(n, epsilon): the exact p-value of H0 "rate > epsilon" (small when k/n << eps)."""
-    from scipy.special import bdtr
+    from scipy.special import betainc
 
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
-    return np.where(n > 0, bdtr(k, n, epsilon), 1.0)
+    with np.errstate(invalid="ignore"):  # P(X <= k) = I_{1 - eps}(n - k, k + 1) for k < n
+        tail = betainc(np.maximum(n - k, 1.0), k + 1.0, 1.0 - epsilon)
+    return np.where((n > 0) & (k < n), tail, 1.0)
 
 
 def holm(group: np.ndarray, pvalue: np.ndarray, alpha: float) -> np.ndarray:
