@@ -59,6 +59,7 @@ Splits use DuckDB's ``hash``: reproducible for a given DuckDB version, not acros
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -193,7 +194,7 @@ _SPREAD = ("certified_fraction", "false_decision_rate", "acquisitions", "break_e
 _MEANS = ("n_calibration", "n_test", "tolerance", "certified", "certified_fraction", "decided_fraction",
           "false_decisions", "false_decision_rate", "false_rate_certified", "risk_bound", "risk_bound_max",
           "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions",
-          "false_rate_certified_bound")
+          "false_rate_certified_bound", "certified_units")
 
 
 def _float(values: Any) -> np.ndarray:
@@ -236,6 +237,8 @@ def _policy_columns(ps: dict[str, np.ndarray], cfg: ReplayConfig) -> dict[str, n
         certifies = policy in ("certified_only", "certify_then_acquire")
         put("risk_bound", bound if certifies else nan)
         put("risk_bound_max", bound_max if certifies else nan)
+        # certified fibers (fiber replays) or certified windows = test candidates (window replays)
+        put("certified_units", _float(ps["n_cert_units"]) if certifies else nan)
         put("acquisitions", acq[policy])
         put("acquired_fraction", _ratio(acq[policy], n))
         put("break_even_price", _ratio(false_fm - false[policy], acq[policy])
@@ -548,6 +551,7 @@ def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str
         "tolerance": np.full(n_seeds, np.nan),
         "n_cert": n_cert,
         "false_cert": per_seed(np.where(certified, wrong(maj), 0)),
+        "n_cert_units": per_seed(certified.astype(float)),
         "false_fm": per_seed(wrong(fm_dec)),
         "false_gm": per_seed(wrong(gmaj)),
         "risk_bound": np.where(n_cert > 0, weighted / np.where(n_cert > 0, n_cert, 1), np.nan),
@@ -698,6 +702,7 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_gr
     np.maximum.at(bound_max, cert_group, cert_bound)
     return {
         "n_cert": n_cert,
+        "n_cert_units": n_cert,
         "false_cert": total(4),
         "false_fm": total(2),
         "false_gm": total(1),
@@ -856,7 +861,7 @@ def window_replay(
 # Pipeline stage: the [replay] section of a spec.
 
 _SECTION_KEYS = {"audits", "seeds", "seed_offset", "calibration_fraction", "min_support", "mode", "epsilon",
-                 "delta", "prices", "tolerance", "reference", "model_column"}
+                 "delta", "prices", "tolerance", "reference", "model_column", "compare_modes"}
 
 
 @dataclass(frozen=True)
@@ -866,6 +871,7 @@ class ReplaySection:
     tolerance: Tolerance | None = None
     reference: str | None = None
     model_column: str | None = None
+    compare_modes: tuple[str, ...] = ()  # more certification modes, replayed for the metrics comparison
 
 
 def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySection:
@@ -891,12 +897,18 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     audits = raw.get("audits")
     if isinstance(audits, str):
         audits = [audits]
+    compare = raw.get("compare_modes", [])
+    compare = [compare] if isinstance(compare, str) else list(compare)
+    bad = [m for m in compare if m not in MODES]
+    if bad:
+        raise SpecError(f"{origin}: compare_modes {bad}; use {', '.join(MODES)}")
     return ReplaySection(
         config=cfg,
         audits=tuple(str(a) for a in audits) if audits is not None else None,
         tolerance=parse_tolerance(raw["tolerance"]) if windowed else None,
         reference=raw.get("reference"),
         model_column=raw.get("model_column"),
+        compare_modes=tuple(dict.fromkeys(str(m) for m in compare)),
     )
 
 
@@ -911,10 +923,9 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
                         f"(it has {sorted(tasks)})")
     out: list[pa.Table] = []
     costs: list[pa.Table] = []
-    if section.config.mode == "familywise":
-        ctx.notes.append(f"replay: family-wise certification — Holm step-down across the fibers (windows) with "
-                         f">= {section.config.min_support} calibration members of each seed, exact binomial "
-                         f"p-values of 'error rate > {section.config.epsilon:g}', alpha = {section.config.delta:g}")
+    metrics: list[pa.Table] = []
+    if "familywise" in (section.config.mode, *section.compare_modes):
+        ctx.notes.append(familywise_note(section.config))
     for audit_id in chosen:
         task = tasks[audit_id]
         view = ctx.view_for(task.table)
@@ -932,7 +943,66 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
         out.append(result.replay)
         costs.append(result.costs)
         ctx.notes.extend(price_notes(result.costs, audit_id))
-    return {"replay": out, "costs": costs}
+        if section.compare_modes:
+            by_mode = {section.config.mode: result.replay}
+            for mode in section.compare_modes:
+                if mode in by_mode:
+                    continue
+                cfg = dataclasses.replace(section.config, mode=mode)
+                if section.tolerance is not None:
+                    by_mode[mode] = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
+                                                   claim=task.claim, config=cfg, labels=labels,
+                                                   model_column=section.model_column)
+                else:
+                    by_mode[mode] = replay_fibers(ctx.con, view, id_column=ctx.spec.id_column,
+                                                  evidence=task.evidence, claim=task.claim, config=cfg, labels=labels)
+            metrics.append(mode_metrics(by_mode, section.config))
+    return {"replay": out, "costs": costs} | ({"metrics": metrics} if metrics else {})
+
+
+def familywise_note(cfg: ReplayConfig) -> str:
+    """The manifest note stating the family-wise procedure and its level."""
+    return (f"replay: familywise certification = Holm step-down across the fibers (or windows) with >= "
+            f"{cfg.min_support} calibration members, per seed (and model); exact binomial p-values of H0 'error rate "
+            f"> epsilon = {cfg.epsilon:g}'; alpha = delta = {cfg.delta:g}, so P(any certified fiber's error rate > "
+            f"{cfg.epsilon:g}) <= {cfg.delta:g}")
+
+
+_MODE_METRICS = ("certified_units", "certified_fraction", "false_rate_certified", "false_rate_certified_bound")
+
+
+def mode_metrics(by_mode: dict[str, pa.Table], cfg: ReplayConfig) -> pa.Table:
+    """Certification modes side by side (metrics rows, experiment = ``<audit>:<mode>``): certified fibers per
+    seed, certified fraction (ci = p10 / p90 over seeds), held-out false-decision rate among certified decisions
+    (mean over seeds) and its per-seed Clopper–Pearson bound (mean), and the rate pooled over all seeds
+    (``pooled_false_rate_certified``, ci_high = its Clopper–Pearson bound; seeds share candidates, so this
+    pooled bound is optimistic)."""
+    rows: list[dict[str, Any]] = []
+    for mode, table in by_mode.items():
+        data = [r for r in table.to_pylist() if r["policy"] == "certified_only" and r["model"] is None]
+        if not data:  # one model without model_column: its rows carry the model label
+            data = [r for r in table.to_pylist() if r["policy"] == "certified_only"]
+        summary = next((r for r in data if r["seed"] is None), None)
+        seeds = [r for r in data if r["seed"] is not None]
+        if summary is None:
+            continue
+        head = {"source": summary["source"], "experiment": f"{summary['audit_id']}:{mode}",
+                "claim": summary["claim"], "fiber_rule": summary["fiber_rule"], "min_support": summary["min_support"]}
+        for name in _MODE_METRICS:
+            lo = summary.get(f"{name}_p10") if name == "certified_fraction" else None
+            hi = summary.get(f"{name}_p90") if name == "certified_fraction" else None
+            rows.append(head | {"metric": name, "value": summary[name], "ci_low": lo, "ci_high": hi})
+        false, cert = sum(r["false_decisions"] for r in seeds), sum(r["certified"] for r in seeds)
+        rows.append(head | {"metric": "pooled_false_rate_certified", "value": false / cert if cert else None,
+                            "ci_low": None, "ci_high": float(cp_upper(false, cert, cfg.delta)) if cert else None})
+        rows.append(head | {"metric": "epsilon", "value": cfg.epsilon if mode != "exact" else None,
+                            "ci_low": None, "ci_high": None})
+        rows.append(head | {"metric": "alpha" if mode == "familywise" else "delta", "value": cfg.delta,
+                            "ci_low": None, "ci_high": None})
+    schema = pa.schema([("source", pa.string()), ("experiment", pa.string()), ("claim", pa.string()),
+                        ("fiber_rule", pa.string()), ("min_support", pa.int64()), ("metric", pa.string()),
+                        ("value", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64())])
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def price_notes(costs: pa.Table, audit_id: str) -> list[str]:
