@@ -14,6 +14,12 @@ probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``d
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
 (``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
 it uses test labels, so ``deployable`` is false). response_rank and oracle break ties by ``tie_break``.
+``cost_gain`` (run when named, or by the spec stage when probes have prices) adds the probe with the
+largest calibration certified gain per unit cost (``costs``: a price per probe; the cheaper probe on
+ties). Every row carries ``cumulative_cost`` (the prices of the probes added so far; the number of
+probes when no prices are given); with a ``budget`` the result holds the budgeted plan — cost_gain's
+modal probe order over seeds, frozen on calibration, cut before it exceeds the budget — and
+``within_budget`` marks the rows whose cumulative cost fits.
 
 Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —

@@ -8,7 +8,11 @@ For each of S seeds the candidates are split into calibration and test by a hash
 * ``calibrated`` mode: the fiber has ``>= min_support`` calibration members and the one-sided
   Clopper–Pearson upper bound, at confidence ``1 - delta``, on the rate of its minority label is
   ``<= epsilon`` — a stated risk bound per fiber rather than an observation. The bound is reported in
-  every mode (``risk_bound``) next to the observed test error (``false_rate_certified``).
+  every mode (``risk_bound``) next to the observed test error (``false_rate_certified``);
+* ``familywise`` mode: the fibers with ``>= min_support`` calibration members are tested together —
+  Holm's step-down procedure at level α = ``delta`` on the exact binomial p-values of "error rate >
+  epsilon" — so the probability that *any* certified fiber's error rate exceeds epsilon is at most
+  α (per seed; for windows per model × seed). See :mod:`dcaudit.audits.price`.
 
 Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
 under four policies (names as in DESIGN §4):
@@ -32,7 +36,19 @@ seeds, with ``*_p10`` / ``*_p90`` spread columns filled only there):
 * ``prices`` / ``total_cost`` / ``relative_cost_reduction`` — list columns over the price grid: the cost
   of a policy is false decisions + λ · acquisitions (in units of one false decision), and the relative
   reduction is 1 − cost / (fiber_majority false decisions) of the same seed, averaged over seeds.
-  ``certified_only`` decides only part of the test set, so it has no total cost (NULL).
+  ``certified_only`` decides only part of the test set, so it has no total cost (NULL);
+* ``false_rate_certified_bound`` — the one-sided Clopper–Pearson bound (confidence 1 − delta) on the
+  held-out false-decision rate among the decisions acted on, pooled over the certified fibers of the
+  seed; ``certified_units`` — certified fibers (fiber replays) or certified windows (window replays).
+
+Every replay also gives a ``costs`` table (:class:`ReplayResult`, :func:`fiber_replay`,
+:func:`window_replay`): per price λ of the grid, the cost per candidate of ``fiber_majority``,
+``global_majority``, ``certify_then_acquire`` and the price-aware policies ``price_aware`` /
+``price_aware_conservative`` (act on a fiber's or window's benchmark-only action when its estimated
+error rate is below λ, else measure), the envelope, the price band in which each policy is cheapest,
+and the paired difference to the best fixed policy with a 95 % interval (:func:`dcaudit.audits.price.cost_table`).
+With ``compare_modes`` the stage replays the same splits in further certification modes and writes
+the comparison to ``metrics`` (:func:`mode_metrics`).
 
 Error-window certification (``replay_windows``) is the same replay for one numeric evidence column:
 a test candidate's "fiber" is the set of calibration candidates within ``tol`` of its evidence value;
@@ -979,11 +995,11 @@ def mode_metrics(by_mode: dict[str, pa.Table], cfg: ReplayConfig) -> pa.Table:
     pooled bound is optimistic)."""
     rows: list[dict[str, Any]] = []
     for mode, table in by_mode.items():
-        data = [r for r in table.to_pylist() if r["policy"] == "certified_only" and r["model"] is None]
-        if not data:  # one model without model_column: its rows carry the model label
-            data = [r for r in table.to_pylist() if r["policy"] == "certified_only"]
-        summary = next((r for r in data if r["seed"] is None), None)
-        seeds = [r for r in data if r["seed"] is not None]
+        data = [r for r in table.to_pylist() if r["policy"] == "certified_only"]
+        # the pooled summary row (model NULL) when there is one, else the only model's
+        summary = next((r for r in data if r["seed"] is None and r["model"] is None),
+                       next((r for r in data if r["seed"] is None), None))
+        seeds = [r for r in data if r["seed"] is not None]  # every model's seeds
         if summary is None:
             continue
         head = {"source": summary["source"], "experiment": f"{summary['audit_id']}:{mode}",

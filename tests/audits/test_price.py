@@ -268,3 +268,28 @@ def test_tox21_price_aware_against_majority_and_certify_then_acquire(tox21_setti
     assert rows[0.001]["measured_fraction"] == 1.0
     assert 0.1 < rows[0.01]["measured_fraction"] < 0.25
     assert rows[0.1]["measured_fraction"] < 0.05
+
+
+def test_pipeline_writes_costs_and_mode_comparison(settings, tmp_path) -> None:  # noqa: ANN001
+    from dcaudit.catalog import Catalog
+    from dcaudit.pipelines.runner import run_spec
+    from dcaudit.spec import spec_from_dict
+
+    table = _random_table(7, n=2000, fibers=6)
+    path = tmp_path / "t.csv"
+    path.write_text("cid,e,y\n" + "".join(f"{i},{e},{y}\n" for i, e, y in zip(
+        table["id"].to_pylist(), table["e"].to_pylist(), table["y"].to_pylist(), strict=True)))
+    spec = spec_from_dict({"name": "p", "source": {"path": str(path), "id": "cid"},
+                           "audits": [{"id": "a", "claim": "y = 1", "evidence": ["e"]}],
+                           "replay": {"seeds": 6, "min_support": 20, "epsilon": 0.1,
+                                      "compare_modes": ["calibrated", "familywise"]}})
+    result = run_spec(spec, settings)
+    assert (result.run_dir / "costs.parquet").exists()
+    metrics = {(r["experiment"], r["metric"]): r for r in result.tables["metrics"].to_pylist()}
+    for mode in ("exact", "calibrated", "familywise"):
+        assert (f"a:{mode}", "certified_units") in metrics
+    assert metrics[("a:familywise", "certified_units")]["value"] <= metrics[("a:calibrated", "certified_units")]["value"]
+    assert metrics[("a:familywise", "alpha")]["value"] == 0.05
+    assert any("Holm" in n for n in result.notes)
+    got = Catalog(settings).query("SELECT count(*) AS n FROM costs WHERE seed IS NULL AND policy = 'price_aware'")
+    assert got.to_pylist()[0]["n"] == len(spec.sections["replay"].get("prices", [0] * 8))
