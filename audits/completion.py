@@ -14,6 +14,12 @@ probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``d
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
 (``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
 it uses test labels, so ``deployable`` is false). response_rank and oracle break ties by ``tie_break``.
+``cost_gain`` (run when named, or by the spec stage when probes have prices) adds the probe with the
+largest calibration certified gain per unit cost (``costs``: a price per probe; the cheaper probe on
+ties). Every row carries ``cumulative_cost`` (the prices of the probes added so far; the number of
+probes when no prices are given); with a ``budget`` the result holds the budgeted plan — cost_gain's
+modal probe order over seeds, frozen on calibration, cut before it exceeds the budget — and
+``within_budget`` marks the rows whose cumulative cost fits.
 
 Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
@@ -52,6 +58,10 @@ from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
 
 POLICIES = defaults.COMPLETION_POLICIES
+# cost_gain (largest calibration certified gain per unit cost) runs when named, or in a spec whose probes
+# have prices; POLICIES are the ones run when none are named.
+ALL_POLICIES = (*POLICIES, "cost_gain")
+DEFAULT_POLICIES = POLICIES
 REFINEMENTS = ("mixed", "full")
 # How response_rank and oracle choose among probes with equal scores (common on small data: most
 # probes leave the calibration certified fraction unchanged): "entropy" prefers the probe that leaves
@@ -59,7 +69,7 @@ REFINEMENTS = ("mixed", "full")
 # claim), then the probe listed first; "first" / "last" take the first / last probe as listed.
 TIE_BREAKS = ("entropy", "first", "last")
 # Policies whose choice needs the refined fibers of every candidate probe (scored after refining).
-_FIBER_SCORED = ("response_rank", "oracle")
+_FIBER_SCORED = ("response_rank", "oracle", "cost_gain")
 _SPLIT_BUCKETS = 1_000_000
 _counter = itertools.count()
 # Key parts of these types are coded as value - min (one aggregate pass) when their range is small.
@@ -96,12 +106,14 @@ class CompletionConfig:
     seeds: int = defaults.COMPLETION_SEEDS
     calibration_fraction: float = defaults.CALIBRATION_FRACTION
     min_support: int = defaults.COMPLETION_MIN_SUPPORT
-    policies: tuple[str, ...] = POLICIES
+    policies: tuple[str, ...] = DEFAULT_POLICIES
     random_draws: int = defaults.RANDOM_DRAWS
     seed_offset: int = defaults.SEED_OFFSET
     steps: int | None = None          # default: every probe
     refinement: str = defaults.REFINEMENT
     tie_break: str = defaults.TIE_BREAK
+    costs: tuple[tuple[str, float], ...] = ()  # (probe, price) pairs; unnamed probes cost 1 when empty
+    budget: float | None = None                # the budgeted plan stops before its cumulative cost exceeds this
 
     def __post_init__(self) -> None:
         if not self.probes:
@@ -116,9 +128,9 @@ class CompletionConfig:
             raise SpecError(f"completion: calibration_fraction must be in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
             raise SpecError(f"completion: min_support must be >= 1, got {self.min_support}")
-        unknown = [p for p in self.policies if p not in POLICIES]
+        unknown = [p for p in self.policies if p not in ALL_POLICIES]
         if unknown or not self.policies:
-            raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(POLICIES)}")
+            raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(ALL_POLICIES)}")
         if self.random_draws < 1:
             raise SpecError(f"completion: random_draws must be >= 1, got {self.random_draws}")
         if self.refinement not in REFINEMENTS:
@@ -127,6 +139,22 @@ class CompletionConfig:
             raise SpecError(f"completion: tie_break = {self.tie_break!r}; use {', '.join(TIE_BREAKS)}")
         if self.steps is not None and not 1 <= self.steps <= len(self.probes):
             raise SpecError(f"completion: steps must be between 1 and {len(self.probes)} (the number of probes)")
+        priced = dict(self.costs)
+        unknown_probes = [p for p in priced if p not in self.probes]
+        if unknown_probes:
+            raise SpecError(f"completion: costs name {unknown_probes}, which are not probes ({', '.join(self.probes)})")
+        if priced and set(priced) != set(self.probes):
+            raise SpecError(f"completion: costs must price every probe; missing "
+                            f"{[p for p in self.probes if p not in priced]}")
+        bad = [f"{p} = {c!r}" for p, c in priced.items() if not (isinstance(c, int | float) and c > 0
+                                                                and c < float("inf"))]
+        if bad:
+            raise SpecError(f"completion: a probe's cost must be a positive number; got {', '.join(bad)}")
+        if self.budget is not None and not (self.budget >= 0 and self.budget < float("inf")):
+            raise SpecError(f"completion: budget must be a non-negative number, got {self.budget!r}")
+
+    def cost_of(self, probe: str) -> float:
+        return float(dict(self.costs).get(probe, 1.0))
 
     @property
     def n_steps(self) -> int:
@@ -141,6 +169,11 @@ class CompletionResult:
     n_candidates: int                     # complete cases over evidence + probes + claim
     n_excluded: int
     notes: list[str] = field(default_factory=list)
+    # cost_gain's modal first choice (largest calibration certified gain per unit cost), when it ran
+    recommended_by_cost: str | None = None
+    # the budgeted plan: cost_gain's modal probe per step with its cumulative cost, while within budget
+    plan: tuple[tuple[str, float], ...] = ()
+    plan_certified_fraction: float | None = None  # held-out certified fraction at the end of the plan (mean)
 
 
 def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
@@ -274,9 +307,10 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
         raise InputError(f"seed {short[0][0]}: the {n_cand} complete cases give {short[0][1]} calibration and "
                          f"{short[0][2]} test candidates; both splits need candidates", file=relation)
     # pw = radix ** q: probe q's code in vb is (vb // pw) % radix.
-    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0})" for j, p in enumerate(config.probes))
-    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw "
-                f"FROM (VALUES {names}) v(q, probe, pw)")
+    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0}, {config.cost_of(p)!r})"
+                      for j, p in enumerate(config.probes))
+    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw, "
+                f"CAST(cost AS DOUBLE) AS cost FROM (VALUES {names}) v(q, probe, pw, cost)")
     mixed = config.refinement == "mixed"
     ms = int(config.min_support)
 
@@ -342,8 +376,53 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if n_excluded:
         notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
                      f"(complete cases: {n_cand})")
+    by_cost, plan, plan_cert = _cost_plan(con, table, config, notes)
     return CompletionResult(table, rec[0]["probe_added"] if rec else None,
-                            rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes)
+                            rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes,
+                            by_cost, plan, plan_cert)
+
+
+def _cost_plan(con: duckdb.DuckDBPyConnection, table: pa.Table, config: CompletionConfig,
+               notes: list[str]) -> tuple[str | None, tuple[tuple[str, float], ...], float | None]:
+    """cost_gain's recommendation and budgeted plan, frozen on calibration: the modal probe order over seeds,
+    cut where its cumulative cost would exceed the budget; and the mean held-out certified fraction each
+    seed's own frozen plan reaches within the budget."""
+    if "cost_gain" not in config.policies:
+        return None, (), None
+    name = f"_cmp_plan{next(_counter)}"
+    con.register(name, table)
+    try:
+        seq = con.execute(f"""
+            WITH s AS (SELECT seed, string_agg(probe_added, chr(31) ORDER BY step) AS order_
+                       FROM {name} WHERE policy = 'cost_gain' AND seed IS NOT NULL AND step > 0 GROUP BY seed)
+            SELECT order_, count(*) AS k FROM s GROUP BY order_ ORDER BY k DESC, order_ LIMIT 1""").fetchall()
+        first = con.execute(f"""SELECT probe_added, probe_added_share FROM {name}
+                                WHERE policy = 'cost_gain' AND seed IS NULL AND step = 1""").fetchall()
+        plan_cert = None
+        if config.budget is not None:
+            plan_cert = con.execute(f"""
+                SELECT avg(c) FROM (SELECT seed, arg_max(certified_fraction, step) AS c FROM {name}
+                                    WHERE policy = 'cost_gain' AND seed IS NOT NULL AND within_budget GROUP BY seed)
+                """).fetchall()[0][0]
+    finally:
+        con.unregister(name)
+    order = seq[0][0].split(chr(31)) if seq else []
+    plan, total = [], 0.0
+    for probe in order:  # at most 62 probes
+        total += config.cost_of(probe)
+        if config.budget is not None and total > config.budget + 1e-12:
+            break
+        plan.append((probe, total))
+    rec = first[0][0] if first else None
+    if rec is not None:
+        notes.append(f"completion: recommended next probe by certified gain per unit cost {rec} (cost "
+                     f"{config.cost_of(rec):g}; cost_gain's first choice in {100 * first[0][1]:.0f}% of "
+                     f"{config.seeds} seeds)")
+    if config.budget is not None:
+        shown = ", ".join(f"{p} (cumulative {c:g})" for p, c in plan) or "no probe"
+        notes.append(f"completion: budgeted plan within {config.budget:g}: {shown}; held-out certified fraction "
+                     f"at the end of each seed's frozen plan {100 * (plan_cert or 0):.2f}% (mean)")
+    return rec, tuple(plan), plan_cert
 
 
 def _fiber_sums(rows: str) -> str:
@@ -460,9 +539,12 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
             SELECT k.policy, k.seed, k.draw,
                    CASE WHEN k.policy = 'oracle'
                         THEN first(p.q ORDER BY s.test_cert - s.test_false DESC, s.test_false, {tie})
+                        WHEN k.policy = 'cost_gain'  -- calibration certified gain per unit cost, cheaper on ties
+                        THEN first(p.q ORDER BY (s.cal_cert - par.cal_cert) / p.cost DESC, p.cost, {tie})
                         ELSE first(p.q ORDER BY s.cal_cert DESC, {tie}) END AS q
             {unused} JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = p.q
             JOIN {t}nst s ON s.seed = k.seed AND s.node = r.child
+            JOIN {t}nst par ON par.seed = k.seed AND par.node = k.node
             WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
     # 5. Advance every track; remember its node; keep the active candidates of the nodes reached.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}tracks AS
@@ -485,10 +567,14 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
             f"{_lit(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
             f"{float(config.calibration_fraction)!r} AS calibration_fraction, "
             f"{_lit(config.refinement)} AS refinement, {_lit(config.tie_break)} AS tie_break")
-    order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(POLICIES)) + " END"
+    order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(ALL_POLICIES)) + " END"
+    within = ("NULL::BOOLEAN" if config.budget is None
+              else f"cumulative_cost <= {float(config.budget)!r} + 1e-12")
     return con.sql(f"""
         WITH x AS (
           SELECT j.policy, j.seed, j.draw, j.step, p.probe,
+                 sum(coalesce(p.cost, 0.0)) OVER (PARTITION BY j.policy, j.seed, j.draw ORDER BY j.step)
+                   AS cumulative_cost,
                  s.test_cert / n.n_test AS certified_fraction,
                  s.test_false / n.n_test AS false_decision_rate,
                  s.cal_cert / n.n_cal AS calibration_certified_fraction,
@@ -500,7 +586,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
           SELECT policy, step, seed, count(*) AS n_draws,
                  avg(certified_fraction) AS certified_fraction, avg(false_decision_rate) AS false_decision_rate,
                  avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
+                 avg(cumulative_cost) AS cumulative_cost
           FROM x GROUP BY policy, step, seed),
         seed_probe AS (SELECT policy, step, seed, probe, count(*) AS k FROM x GROUP BY ALL),
         seed_mode AS (SELECT policy, step, seed, first(probe ORDER BY k DESC, probe) AS probe_added,
@@ -517,7 +604,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
                  quantile_cont(false_decision_rate, 0.1) AS false_decision_rate_p10,
                  quantile_cont(false_decision_rate, 0.9) AS false_decision_rate_p90,
                  avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
+                 avg(cumulative_cost) AS cumulative_cost
           FROM x GROUP BY policy, step),
         se AS (  -- standard error of the mean over seeds (random: over per-seed means of the draws)
           SELECT policy, step, stddev_samp(certified_fraction) / sqrt(count(*)) AS certified_fraction_se,
@@ -530,7 +618,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
                false_decision_rate, false_decision_rate_p10, false_decision_rate_p90, false_decision_rate_se,
                calibration_certified_fraction, certified_true_fraction,
                CAST(n_test AS DOUBLE) AS n_test, CAST({n_cand} AS BIGINT) AS n_candidates,
-               CAST({n_excluded} AS BIGINT) AS n_excluded
+               CAST({n_excluded} AS BIGINT) AS n_excluded, cumulative_cost,
+               {within} AS within_budget
         FROM (
           SELECT p.*, NULL::DOUBLE AS certified_fraction_p10, NULL::DOUBLE AS certified_fraction_p90,
                  NULL::DOUBLE AS false_decision_rate_p10, NULL::DOUBLE AS false_decision_rate_p90,
@@ -546,7 +635,31 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
 # --- the pipeline stage -------------------------------------------------------------------------------------------
 
 _SECTION_KEYS = {"audit", "evidence", "claim", "fiber_rule", "table", "probes", "seeds", "calibration_fraction",
-                 "min_support", "policies", "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
+                 "min_support", "policies", "random_draws", "seed_offset", "steps", "refinement", "tie_break",
+                 "costs", "budget"}
+
+
+def parse_costs(value: Any, origin: str = "[completion] costs") -> tuple[tuple[str, float], ...]:
+    """``{probe = price, …}`` (a TOML inline table) or "probe=price,probe=price" (the CLI) -> (probe, price) pairs."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        pairs = []
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            probe, sep, price = part.rpartition("=")
+            if not sep or not probe.strip():
+                raise SpecError(f"{origin}: {part!r} is not probe=price")
+            pairs.append((probe.strip().strip('"'), price))
+        value = dict(pairs)
+    if not isinstance(value, dict):
+        raise SpecError(f"{origin} must map probe names to prices, e.g. {{ \"SR-MMP\" = 2.0 }}")
+    out = []
+    for probe, price in value.items():
+        try:
+            out.append((str(probe), float(price)))
+        except (TypeError, ValueError):
+            raise SpecError(f"{origin}: the price of {probe!r} must be a number, got {price!r}") from None
+    return tuple(out)
 
 
 def _as_list(value: Any, key: str) -> tuple[str, ...]:
@@ -580,7 +693,9 @@ def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
         rule = parse_fiber_rule(section["fiber_rule"]) if "fiber_rule" in section else evidence.rule
         evidence = EvidenceMap(cols, rule, "drop")
     claim = parse_claim(section["claim"]) if "claim" in section else task.claim
-    policies = _as_list(section.get("policies", list(POLICIES)), "policies")
+    costs = parse_costs(section.get("costs"))
+    default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
+    policies = _as_list(section.get("policies", default), "policies")
     steps = section.get("steps")
     config = CompletionConfig(
         probes=_as_list(section["probes"], "probes"),
@@ -593,6 +708,8 @@ def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
         steps=int(steps) if steps is not None else None,
         refinement=str(section.get("refinement", CompletionConfig.refinement)),
         tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
+        costs=costs,
+        budget=float(section["budget"]) if section.get("budget") is not None else None,
     )
     relation = ctx.view_for(section.get("table", task.table))
     result = completion_curves(ctx.con, relation, id_column=ctx.spec.id_column, evidence=evidence, claim=claim,

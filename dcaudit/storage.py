@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The tables of DESIGN §4, in the order a reader meets them.
-PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "choice", "metrics",
-                  "sensitivity")
+PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
+                  "metrics", "sensitivity")
 
 
 def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
