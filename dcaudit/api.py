@@ -344,6 +344,8 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     support = int(config.get("min_support", CompletionConfig.min_support))
     section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
     section["probes"] = evidence_list(probes)
+    if isinstance(section.get("costs"), list):  # pairs from Python: the spec form is a table probe -> price
+        section["costs"] = dict(section["costs"])
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
                  missing="drop", duplicates=duplicates, sections={"completion": section}, name=name,
                  origin="dcaudit.complete()")

@@ -120,6 +120,9 @@ _SPLITS = _compose(
                  help=f"Share of candidates in the calibration half (hash of id and seed; default "
                       f"{defaults.CALIBRATION_FRACTION})."),
 )
+_GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
+                      help="Gate for CI: exit 1 when EXPR holds for an audit's summary row, e.g. "
+                      "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
 _PACKAGE = _compose(
     click.option("--out", type=click.Path(path_type=Path), help="Write the package to this directory instead "
                  "of the workspace."),
@@ -133,6 +136,26 @@ _PACKAGE = _compose(
 def _given(**options: Any) -> dict[str, Any]:
     """Options the user gave (None = not given: the API's config objects supply the default)."""
     return {k: v for k, v in options.items() if v is not None}
+
+
+def _check_gates(fail_if: tuple[str, ...]) -> None:
+    """Parse --fail-if before any work: a malformed gate is bad input (exit 2), not a failed run."""
+    if fail_if:
+        from dcaudit.gates import parse_gates
+
+        parse_gates(list(fail_if))
+
+
+def _apply_gates(summary: Any, fail_if: tuple[str, ...]) -> int:
+    """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
+    if not fail_if:
+        return 0
+    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates
+
+    failures = evaluate_gates(summary, parse_gates(list(fail_if), summary.column_names))
+    for failure in failures:
+        click.secho(failure.message, fg="red", err=True)
+    return gate_exit_status(failures)
 
 
 def _evidence(values: tuple[str, ...]) -> str | list[str]:
@@ -175,8 +198,10 @@ and does not fail a batch (run alone, it exits 2).
 @click.option("--quiet", is_flag=True, help="Print only the run id(s); no progress.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
               "(one object; a list with --all or several specs).")
+@_GATES
 @click.pass_obj
-def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool) -> None:
+def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool,
+        fail_if: tuple[str, ...]) -> None:
     """Run pipeline SPECs: built-in names (tox21, …) or paths to .toml specs.
 
     The evidence package (Parquet tables, manifest.json, report.html) lands in
@@ -190,13 +215,18 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
     names = list(spec) + ([s for s in _builtin() if s not in spec] if run_all else [])
     if not names:
         raise click.UsageError("give a SPEC (dcaudit specs lists the built-in ones) or --all")
+    _check_gates(fail_if)
+
+    def gated(o: Any) -> int:
+        return o.exit_code or (_apply_gates(o.result.summary.to_arrow(), fail_if) if o.result is not None else 0)
+
     if not (run_all or len(names) > 1):
         outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json)
         _show_outcome(outcome, quiet=quiet, as_json=as_json)
-        sys.exit(outcome.exit_code)
+        sys.exit(gated(outcome))
     outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json,
                          each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
-    code = batch_exit_code(outcomes)
+    code = batch_exit_code(outcomes) or max((gated(o) for o in outcomes if o.exit_code == 0), default=0)
     if as_json:
         click.echo(json.dumps([o.as_dict() for o in outcomes], default=str, indent=1))
     elif not quiet:
@@ -257,10 +287,11 @@ def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
               help="Pure fibers smaller than this are 'unsupported' rather than certified.")
 @_PACKAGE
 @_ENGINE
+@_GATES
 @click.pass_obj
 def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
           duplicates: str, fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-          quiet: bool, as_json: bool, engine: str) -> None:
+          quiet: bool, as_json: bool, engine: str, fail_if: tuple[str, ...]) -> None:
     """Audit any table FILE (CSV, CSV.gz, TSV or Parquet): does EVIDENCE decide CLAIM?
 
     \b
@@ -272,6 +303,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
     """
     from dcaudit import api
 
+    _check_gates(fail_if)
     result = api.audit(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                        min_support=min_support, missing=missing, duplicates=duplicates,  # type: ignore[arg-type]
                        settings=settings, record=True, out=out, force=force, quiet=quiet or as_json,
@@ -279,6 +311,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         click.echo(f"evidence package -> {result.package_dir}")
+    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
 
 
 @cli.command()
@@ -289,8 +322,9 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
 @click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a fiber (or window) needs "
               f"before it can certify (default {defaults.MIN_SUPPORT_FIBERS} for fibers, "
               f"{defaults.MIN_SUPPORT_WINDOWS} for --tolerance windows).")
-@click.option("--mode", type=click.Choice(["exact", "calibrated"]), help="exact (default): pure calibration "
-              "fiber; calibrated: Clopper-Pearson bound on the minority rate <= epsilon.")
+@click.option("--mode", type=click.Choice(["exact", "calibrated", "familywise"]), help="exact (default): pure "
+              "calibration fiber; calibrated: Clopper-Pearson bound on each fiber's minority rate <= epsilon; "
+              "familywise: Holm across fibers, P(any certified fiber's rate > epsilon) <= delta.")
 @click.option("--epsilon", type=float, help=f"Risk level of --mode calibrated (default {defaults.EPSILON}).")
 @click.option("--delta", type=float, help=f"The bound holds with confidence 1 - delta (default {defaults.DELTA}).")
 @click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
@@ -299,12 +333,13 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
               "predicts).")
 @_ENGINE
 @_PACKAGE
+@_GATES
 @click.pass_obj
 def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
            duplicates: str, fiber_rule: str, missing: str, seeds: int | None, seed_offset: int | None,
            calibration_fraction: float | None, min_support: int | None, mode: str | None, epsilon: float | None,
            delta: float | None, tolerance: str | None, reference: str | None, engine: str, out: Path | None,
-           force: bool, quiet: bool, as_json: bool) -> None:
+           force: bool, quiet: bool, as_json: bool, fail_if: tuple[str, ...]) -> None:
     """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
 
     \b
@@ -319,6 +354,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
     from dcaudit import api
     from dcaudit.reports.console import print_replay
 
+    _check_gates(fail_if)
     result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                         missing=missing, min_support=min_support, tolerance=tolerance, reference=reference,
                         duplicates=duplicates, settings=settings, record=True, out=out,  # type: ignore[arg-type]
@@ -329,6 +365,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
     if not (quiet or as_json):
         print_replay(result.replay.to_arrow())
         click.echo(f"evidence package -> {result.package_dir}")
+    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
 
 
 @cli.command()
@@ -348,13 +385,17 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
               "paper's script).")
 @click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), help="Among probes certifying "
               "equally on calibration: least residual label entropy (default), or the first / last listed.")
+@click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1': curves against "
+              "cumulative cost, the cost_gain policy and the next probe by certified gain per unit cost.")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="The budgeted plan (frozen on "
+              "calibration) stops before its cumulative cost exceeds this.")
 @_PACKAGE
 @click.pass_obj
 def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
              duplicates: str, probes: tuple[str, ...], fiber_rule: str, seeds: int | None, seed_offset: int | None,
              calibration_fraction: float | None, min_support: int | None, policies: str | None,
-             random_draws: int | None, refinement: str | None, tie_break: str | None, out: Path | None,
-             force: bool, quiet: bool, as_json: bool) -> None:
+             random_draws: int | None, refinement: str | None, tie_break: str | None, costs: str | None,
+             budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
     """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
 
     \b
@@ -375,7 +416,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
                           record=True, out=out, force=force, quiet=quiet or as_json,
                           **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                    min_support=min_support, random_draws=random_draws, refinement=refinement,
-                                   tie_break=tie_break,
+                                   tie_break=tie_break, costs=costs, budget=budget,
                                    policies=policies.split(",") if policies else None))
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
@@ -487,6 +528,23 @@ def report(settings: Settings, run: str, out: Path | None) -> None:
     path = Path(run)
     run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
     click.echo(str(write_report(run_dir, out)))
+
+
+@cli.command()
+@click.argument("run", metavar="RUN")
+@click.option("--format", "fmt", type=click.Choice(["benchcert"]), default="benchcert", show_default=True,
+              help="benchcert: summary.json, fiber_table.csv, ambiguous_cases.csv, report.html.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory to write the files to.")
+@click.pass_obj
+def export(settings: Settings, run: str, fmt: str, out: Path) -> None:
+    """Export RUN (a run id, a spec name for its latest run, or a package directory) for another tool."""
+    from dcaudit.catalog import Catalog
+    from dcaudit.reports.export_benchcert import export_benchcert
+
+    path = Path(run)
+    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
+    for written in export_benchcert(run_dir, out):
+        click.echo(str(written))
 
 
 @cli.command("specs")

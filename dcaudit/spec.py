@@ -22,7 +22,8 @@ from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",
              "matbench", "jarvis", "vision"}
-_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models"}
+_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models",
+               "identity"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class AuditTask:
     # shorthand for per = "model", models = ["x"].
     per: str | None = None
     groups: tuple[str, ...] | None = None
+    # identity = "inchikey": split mixed fibers into label noise (one entity, conflicting records) and
+    # incompleteness (distinct entities sharing the evidence)
+    identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
         _require_type(evidence, list, where, "evidence must be a column name or a list of them")
         if not all(isinstance(c, str) and c for c in evidence):
             raise SpecError(f"{where}: evidence must list column names (non-empty strings)")
-        for key in ("fiber_rule", "missing", "table", "id"):
+        for key in ("fiber_rule", "missing", "table", "id", "identity"):
             if key in entry:
                 _require_type(entry[key], str, where, f"{key} must be a string")
         emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", str(EvidenceMap.rule))),
@@ -181,6 +185,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
             table=entry.get("table"),
             per=per,
             groups=groups,
+            identity=entry.get("identity"),
         ))
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):

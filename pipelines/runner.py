@@ -375,6 +375,10 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,
                               labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates)
+        if task.identity:
+            from dcaudit.audits.label_noise import label_noise_for_task
+
+            result = label_noise_for_task(ctx, task, task.identity, result)
         ctx.audits[task.audit_id] = result
         out["summary"].append(result.summary)
         out["fibers"].append(result.fibers)
