@@ -45,6 +45,7 @@ child straight into fiber sums, and builds pattern rows only for the children th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -670,21 +671,34 @@ def _as_list(value: Any, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
-    """Runner stage for a spec's ``[completion]`` section (see :data:`_SECTION_KEYS`).
+@dataclass(frozen=True)
+class CompletionSection:
+    """A spec's ``[completion]`` section, validated: which audit, evidence, claim and config to run."""
+
+    task: Any                   # the dcaudit.spec.AuditTask the section refines
+    evidence: EvidenceMap
+    claim: Claim
+    config: CompletionConfig
+    table: str | None
+
+
+def parse_completion_section(raw: Any, audits: Sequence[Any]) -> CompletionSection:
+    """Validate ``[completion]`` against the spec's audits (``AuditTask`` objects); SpecError on any problem.
 
     ``audit = "<id>"`` takes evidence, claim, fiber rule, table and min_support from that audit
     (default: the spec's first audit); the section's own keys override them.
     """
-    section: dict[str, Any] = dict(ctx.spec.sections.get("completion") or {})
+    if not isinstance(raw, dict):
+        raise SpecError("[completion] must be a table of settings")
+    section: dict[str, Any] = dict(raw)
     bad = set(section) - _SECTION_KEYS
     if bad:
         raise SpecError(f"[completion]: unknown key(s) {sorted(bad)}; allowed: {sorted(_SECTION_KEYS)}")
-    audits = {a.audit_id: a for a in ctx.spec.audits}
+    by_id = {a.audit_id: a for a in audits}
     audit_id = section.get("audit")
-    if audit_id is not None and audit_id not in audits:
-        raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(audits)}")
-    task = audits[audit_id] if audit_id is not None else ctx.spec.audits[0]
+    if audit_id is not None and audit_id not in by_id:
+        raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(by_id)}")
+    task = by_id[audit_id] if audit_id is not None else audits[0]
     if "probes" not in section:
         raise SpecError("[completion] needs probes = [\"column\", …]")
     evidence = task.evidence
@@ -697,21 +711,31 @@ def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
     default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
     policies = _as_list(section.get("policies", default), "policies")
     steps = section.get("steps")
-    config = CompletionConfig(
-        probes=_as_list(section["probes"], "probes"),
-        seeds=int(section.get("seeds", CompletionConfig.seeds)),
-        calibration_fraction=float(section.get("calibration_fraction", CompletionConfig.calibration_fraction)),
-        min_support=int(section.get("min_support", task.min_support)),
-        policies=policies,
-        random_draws=int(section.get("random_draws", CompletionConfig.random_draws)),
-        seed_offset=int(section.get("seed_offset", CompletionConfig.seed_offset)),
-        steps=int(steps) if steps is not None else None,
-        refinement=str(section.get("refinement", CompletionConfig.refinement)),
-        tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
-        costs=costs,
-        budget=float(section["budget"]) if section.get("budget") is not None else None,
-    )
-    relation = ctx.view_for(section.get("table", task.table))
+    try:
+        config = CompletionConfig(
+            probes=_as_list(section["probes"], "probes"),
+            seeds=int(section.get("seeds", CompletionConfig.seeds)),
+            calibration_fraction=float(section.get("calibration_fraction", CompletionConfig.calibration_fraction)),
+            min_support=int(section.get("min_support", task.min_support)),
+            policies=policies,
+            random_draws=int(section.get("random_draws", CompletionConfig.random_draws)),
+            seed_offset=int(section.get("seed_offset", CompletionConfig.seed_offset)),
+            steps=int(steps) if steps is not None else None,
+            refinement=str(section.get("refinement", CompletionConfig.refinement)),
+            tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
+            costs=costs,
+            budget=float(section["budget"]) if section.get("budget") is not None else None,
+        )
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"[completion]: {exc}") from None
+    return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
+
+
+def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
+    """Runner stage for a spec's ``[completion]`` section (see :func:`parse_completion_section`)."""
+    parsed = parse_completion_section(ctx.spec.sections.get("completion") or {}, ctx.spec.audits)
+    task, evidence, claim, config = parsed.task, parsed.evidence, parsed.claim, parsed.config
+    relation = ctx.view_for(parsed.table)
     result = completion_curves(ctx.con, relation, id_column=ctx.spec.id_column, evidence=evidence, claim=claim,
                                config=config, source=ctx.source, audit_id=task.audit_id)
     ctx.notes.extend(result.notes)

@@ -9,7 +9,8 @@ sha256s, same package version and source code (:func:`code_hash`) — records a 
 at the earlier package instead of recomputing it.
 
 Stages: the fiber audit always runs; a spec's optional sections (``[replay]``, ``[completion]``,
-``[sensitivity]``, ``[choice]``) each name a stage in ``SECTION_STAGES``, imported lazily.
+``[sensitivity]``, ``[choice]``, …) each name a stage in :data:`dcaudit.pipelines.stages.STAGES`, validated
+before the source is prepared and imported lazily.
 A stage is ``fn(ctx: StageContext) -> dict[table name, list of Arrow tables]``.
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib
 import json
 import secrets
 import shutil
@@ -43,20 +43,10 @@ from dcaudit.connectors.base import PreparedSource
 from dcaudit.engine import connect
 from dcaudit.errors import MissingSourceError, RunLockedError
 from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label_of, register_input
+from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
 from dcaudit.spec import AuditTask, PipelineSpec
 from dcaudit.storage import concat, verify_package, write_package
-
-SECTION_STAGES: dict[str, str] = {
-    # section name in a spec -> "module:function"; later stages register here
-    "completion": "dcaudit.audits.completion:completion_stage",
-    "replay": "dcaudit.audits.replay:replay_stage",
-    "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
-    "matbench": "dcaudit.pipelines.matbench:matbench_stage",
-    "choice": "dcaudit.audits.choice:choice_stage",
-    "jarvis": "dcaudit.pipelines.jarvis:jarvis_stage",
-    "vision": "dcaudit.audits.vision:vision_stage",
-}
 
 
 @dataclass
@@ -273,18 +263,15 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
 
     Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
     timings = {} if timings is None else timings
+    validate_spec(spec)
     con = connect(settings)
     try:
         ctx = _context(spec, settings, con, prepared, prepared.name)
         with stage_progress("fibers", timings, quiet=quiet):
             collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
         for section in spec.sections:
-            if section not in SECTION_STAGES:
-                ctx.notes.append(f"section [{section}] has no stage in this version; skipped")
-                continue
-            module, fn = SECTION_STAGES[section].split(":")
             with stage_progress(section, timings, quiet=quiet):
-                for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
+                for table, parts in STAGES[section].function()(ctx).items():
                     collected.setdefault(table, []).extend(parts)
         collected.setdefault("findings", []).extend(ctx.findings)
         tables = {name: concat(parts) for name, parts in collected.items() if parts}
@@ -306,6 +293,7 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
              quiet: bool = False, data: object = None) -> RunResult:
     """Run every audit and section of ``spec``, record the run and write its package (``runs/<run_id>`` or
     ``out_dir``). ``data`` (a frame or path) replaces the spec's source, as the Python API passes it."""
+    validate_spec(spec)  # before anything is prepared or recorded: a bad section is bad input (exit 2)
     timings: dict[str, float] = {}
     source: dict[str, Any] = {}
 
