@@ -554,7 +554,7 @@ def _leaderboard_tables(predictions: Path, task_paths: dict[str, Path], out_dir:
 def _feature_tables(settings: Settings, task_paths: dict[str, Path], features: Sequence[str] | str,
                     out_dir: Path, inputs: dict[str, str]) -> tuple[dict[str, Path], list[str]]:
     """``<task>`` tables with Magpie columns joined on reduced_formula (featurised once per formula)."""
-    from dcaudit.connectors import magpie
+    from dcaudit.features import magpie
 
     wanted = list(magpie.COLUMNS) if features == "all" else list(features)
     unknown = [c for c in wanted if c not in magpie.COLUMNS]

@@ -36,7 +36,7 @@ Three producers:
     sha256; downloaded and md5-checked elsewhere). The mirror holds no MNIST training set, so the
     small models are trained on a stratified half of the test set and evaluated on the other half
     (``MnistProtocol.train_size``); that is stated in the run's notes with the clean accuracies.
-    Corruptions: the ImageNet-C subset of :mod:`dcaudit.connectors.image_corruptions` at
+    Corruptions: the ImageNet-C subset of :mod:`dcaudit.features.image_corruptions` at
     severities 1–5 (why a subset of our own: see that module).
 
 (c) **a user's predictions** (CSV, CSV.gz or Parquet) with the columns above (``split``,
@@ -419,7 +419,7 @@ class MnistProtocol:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def corruption_names(self) -> tuple[str, ...]:
-        from dcaudit.connectors.image_corruptions import CORRUPTIONS
+        from dcaudit.features.image_corruptions import CORRUPTIONS
 
         return self.corruptions or tuple(CORRUPTIONS)
 
@@ -437,7 +437,7 @@ def load_mnist_test(settings: Settings) -> tuple[np.ndarray, np.ndarray, dict[st
 
 def mnist_conditions(images: np.ndarray, protocol: MnistProtocol) -> tuple[dict[str, np.ndarray], float]:
     """Clean plus ``<corruption>@<severity>`` for the protocol's subset; returns (conditions, seconds)."""
-    from dcaudit.connectors.image_corruptions import corrupt
+    from dcaudit.features.image_corruptions import corrupt
 
     t = time.perf_counter()
     out = {CLEAN: images}

@@ -35,15 +35,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dcaudit
+from dcaudit import findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
-from dcaudit.connectors.base import PreparedSource
+from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.connectors.table import ROW_ID, input_hash, register_file
 from dcaudit.engine import connect
 from dcaudit.errors import MissingSourceError, RunLockedError
-from dcaudit.reports.console import console
+from dcaudit.reports.console import console, print_findings
 from dcaudit.reports.package import concat, verify_package, write_package
 from dcaudit.spec import PipelineSpec
 
@@ -109,11 +110,13 @@ def code_hash() -> str:
     content of the code itself does neither."""
     import dcaudit.audits
     import dcaudit.connectors
+    import dcaudit.features
     import dcaudit.pipelines
     import dcaudit.reports
 
     h = hashlib.sha256()
-    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.pipelines, dcaudit.reports):
+    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.features, dcaudit.pipelines,
+                   dcaudit.reports):
         root = Path(module.__file__).parent
         for path in sorted(p for p in root.iterdir() if p.suffix in {".py", ".toml"}):
             h.update(f"{module.__name__}/{path.name}\0".encode())
@@ -247,7 +250,8 @@ def prepare_source(spec: PipelineSpec, settings: Settings) -> PreparedSource | P
         return path
     # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
     options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in ("connector", "path", "id")}
-    return get_connector(spec.source).prepare(settings, **options)
+    connector = get_connector(spec.source)
+    return connector.prepare(settings, parse_options(connector.name, connector.Options, options))
 
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
@@ -279,15 +283,24 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
                 with stage_progress(section, timings, quiet=quiet):
                     for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
                         collected.setdefault(table, []).extend(parts)
+            collected["findings"] = [_findings(prepared)]
             tables = {name: concat(parts) for name, parts in collected.items() if parts}
             return tables, {"timings": timings, "notes": ctx.notes, "source": source_name,
-                            "sources": source_provenance(prepared)}
+                            "sources": source_provenance(prepared),
+                            "source_files": [s.manifest_entry() for s in getattr(prepared, "sources", ())]}
         finally:
             con.close()
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
                        reuse=reuse, quiet=quiet)
+
+
+def _findings(prepared: PreparedSource | Path) -> pa.Table:
+    """The connector's findings (an empty table in the same schema for a user's file)."""
+    if isinstance(prepared, Path):
+        return findings.ARROW_SCHEMA.empty_table()
+    return findings.read(prepared.findings)
 
 
 _PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")
@@ -365,5 +378,7 @@ def _note_support_moves(ctx: StageContext) -> None:
 
 
 def log_notes(result: RunResult) -> None:
+    if "findings" in result.tables:
+        print_findings(result.tables["findings"])
     for note in result.notes:
         console.print(f"[dim]{note}[/dim]")

@@ -7,7 +7,6 @@ never touches a package that was already there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,8 +16,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# The tables of DESIGN §4, in the order a reader meets them.
-PACKAGE_TABLES = ("summary", "fibers", "candidates", "completion", "replay", "choice", "metrics", "sensitivity")
+from dcaudit.storage import sha256_file, write_table_atomic
+
+__all__ = ["PACKAGE_TABLES", "concat", "read_manifest", "sha256_file", "verify_package", "with_run_id",
+           "write_package", "write_table_atomic"]
+
+# The package's tables, in the order a reader meets them (findings: what the connector found wrong
+# with its inputs, in the schema of dcaudit.findings).
+PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "choice", "metrics",
+                  "sensitivity")
 
 
 def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
@@ -32,17 +38,6 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     """Stack tables of one row shape from several audits (columns unified by name)."""
     return pa.concat_tables(tables, promote_options="permissive")
 
-
-def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, str] | None = None) -> None:
-    """Write one Parquet file through a temporary name and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if metadata:
-        meta = dict(table.schema.metadata or {})
-        meta.update({k.encode(): str(v).encode() for k, v in metadata.items()})
-        table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
 
 
 def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], manifest: Mapping[str, object],
@@ -71,7 +66,7 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
             table = with_run_id(table, run_id)
             pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
             counts[name] = table.num_rows
-        files = {f"{name}.parquet": sha256_of(partial / f"{name}.parquet") for name in tables}
+        files = {f"{name}.parquet": sha256_file(partial / f"{name}.parquet") for name in tables}
         full_manifest = {**manifest, "run_id": run_id, "row_counts": counts, "files": files}
         (partial / "manifest.json").write_text(json.dumps(full_manifest, indent=2, default=str) + "\n")
         if finalize is not None:
@@ -89,13 +84,6 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
         os.replace(partial, target)
     return target
 
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -121,7 +109,7 @@ def verify_package(run_dir: Path) -> list[str]:
         path = run_dir / name
         if not path.is_file():
             problems.append(f"{path}: missing")
-        elif sha256_of(path) != digest:
+        elif sha256_file(path) != digest:
             problems.append(f"{path}: sha256 differs from the one recorded in manifest.json (damaged or modified)")
     for path in sorted(run_dir.glob("*.parquet")):
         if path.name in recorded:

@@ -19,7 +19,8 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from dcaudit.config import Settings, load_settings
-from dcaudit.connectors import magpie, matbench
+from dcaudit.connectors import matbench
+from dcaudit.features import magpie
 from dcaudit.errors import InputError, IntegrityError
 from tests.conftest import MIRROR, mirror_path
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from dcaudit.connectors import image_corruptions as ic
+from dcaudit.features import image_corruptions as ic
 from dcaudit.connectors import vision as v
 from dcaudit.errors import InputError, IntegrityError
 from tests.conftest import mirror_path
