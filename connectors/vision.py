@@ -65,19 +65,27 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dcaudit import findings
 from dcaudit.config import Settings
-from dcaudit.connectors.base import PreparedSource, SourceFile, cached_table, fetch, provenance
+from dcaudit.connectors.base import (
+    PreparedSource,
+    SourceConnector,
+    SourceFile,
+    cached_table,
+    fetch,
+    provenance,
+)
 from dcaudit.errors import InputError, IntegrityError, SpecError, require
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.storage import write_table_atomic
 
 CLEAN = "clean"
 NORMALISER = "vision-1"
 REQUIRED_COLUMNS = ("model", "image_id", "condition", "predicted", "label", "confidence")
 OPTIONAL_COLUMNS = ("split", "corruption", "severity")
-KEY_COLUMNS = ("split", "model", "image_id", "condition")
 
 DIGITS_MODELS = ("logistic", "linear_svm", "rbf_svm", "random_forest", "extra_trees", "knn", "mlp",
                  "gaussian_nb")
@@ -103,7 +111,6 @@ MNIST_SOURCES = (
         citation="LeCun, Bottou, Bengio, Haffner, Gradient-based learning applied to document recognition (1998)",
     ),
 )
-SOURCE = MNIST_SOURCES[0]  # the connector's downloadable source; digits ship with scikit-learn
 
 PREDICTION_SCHEMA = pa.schema([
     ("split", pa.int32()), ("model", pa.string()), ("image_id", pa.string()), ("condition", pa.string()),
@@ -656,17 +663,51 @@ def write_images_table(predictions: dict[str, Path], out: Path) -> Path:
 DATASETS = ("digits", "mnist-c")
 
 
-def prepare(settings: Settings, *, datasets: Sequence[str] = DATASETS, digits_splits: int | None = None,
-            digits_models: Sequence[str] | None = None, n_jobs: int = 2, **unknown: object) -> PreparedSource:
-    """Build (or reuse) the predictions tables: ``digits`` and ``mnist-c``.
+@dataclass(frozen=True)
+class Options:
+    """``[source]`` options: ``datasets`` (which of :data:`DATASETS`), ``digits_splits`` and
+    ``digits_models`` (fewer splits or models for a quick look; the defaults are the paper's 25 splits
+    and eight models), ``n_jobs`` (processes for fitting)."""
 
-    ``[source]`` options of a spec: ``datasets`` (which of the two), ``digits_splits`` and
-    ``digits_models`` (fewer splits or models for a quick look; the defaults are the paper's 25
-    splits and eight models), ``n_jobs`` (processes for fitting).
+    datasets: tuple[str, ...] = DATASETS
+    digits_splits: int | None = None
+    digits_models: tuple[str, ...] | None = None
+    n_jobs: int = 2
+
+
+def vision_findings(predictions: dict[str, Path], images: Path) -> pl.DataFrame:
+    """What the predictions tables hold that an audit cannot use as given, in the findings schema.
+
+    ``missing_clean_prediction``: an image a model predicted under some corruption but not clean (no
+    evidence: excluded); ``incomplete_conditions``: correct on every corruption present but missing
+    some (``robust`` NULL: excluded); ``model_fit_warning``: a warning while fitting the protocol's
+    models (e.g. an MLP that did not converge), one per distinct message.
     """
-    if unknown:
-        raise SpecError(f"vision connector: unknown option(s) {sorted(unknown)}; "
-                        "use datasets, digits_splits, digits_models, n_jobs")
+    con = duckdb.connect()
+    try:
+        rows = con.execute(f"""SELECT dataset, candidate_id,
+                CASE WHEN predicted IS NULL THEN 'missing_clean_prediction' ELSE 'incomplete_conditions' END,
+                CASE WHEN predicted IS NULL THEN 'no clean prediction for this image: no evidence, excluded'
+                     ELSE 'correct on every corruption present, but not every corruption was predicted: '
+                          || 'robust is NULL, excluded' END
+            FROM read_parquet('{str(images).replace("'", "''")}') WHERE robust IS NULL""").fetchall()
+    finally:
+        con.close()
+    found = [{"source": f"vision-{d}", "file": images.name, "column": "condition", "kind": kind, "detail": detail,
+              "candidate_id": cid} for d, cid, kind, detail in rows]
+    for dataset, path in predictions.items():
+        meta = pq.read_schema(path).metadata or {}
+        for message in json.loads(meta.get(b"dcaudit.warnings", b"[]")):
+            found.append({"source": f"vision-{dataset}", "file": path.name, "kind": "model_fit_warning",
+                          "detail": message})
+    return findings.from_rows(found)
+
+
+def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
+    """Build (or reuse) the predictions tables (``digits``, ``mnist-c``) and the per-image table."""
+    options = options or Options()
+    datasets, digits_splits, digits_models, n_jobs = (options.datasets, options.digits_splits,
+                                                      options.digits_models, options.n_jobs)
     bad = [d for d in datasets if d not in DATASETS]
     if bad:
         raise SpecError(f"vision connector: unknown dataset(s) {bad}; choose from {', '.join(DATASETS)}")
@@ -701,5 +742,12 @@ def prepare(settings: Settings, *, datasets: Sequence[str] = DATASETS, digits_sp
     images = settings.tables_dir / "vision" / f"images-{key[:12]}.parquet"
     if not images.is_file():
         write_images_table(tables, images)
+    found = images.with_name(f"findings-{key[:12]}.parquet")
+    if not found.is_file():
+        write_table_atomic(findings.to_arrow(vision_findings(tables, images)), found)
     tables["images"] = images
-    return PreparedSource(name="vision", tables=tables, inputs=inputs, notes=tuple(notes))
+    return PreparedSource(name="vision", tables=tables, inputs=inputs, findings=found, notes=tuple(notes),
+                          sources=MNIST_SOURCES if "mnist-c" in datasets else ())
+
+
+CONNECTOR = SourceConnector("vision", Options, MNIST_SOURCES, prepare)

@@ -70,6 +70,15 @@ def concat(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
                                  maintain_order=True)
 
 
+def kind(issue: pl.Expr, names: Mapping[str, str] | None = None) -> pl.Expr:
+    """A finding kind from a readable issue text: ``names`` where it lists the text, else a snake_case slug."""
+    slug = issue.str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "_").str.strip_chars("_")
+    if not names:
+        return slug
+    return pl.when(issue.is_in(list(names))).then(issue.replace_strict(names, default=None,
+                                                                        return_dtype=pl.Utf8)).otherwise(slug)
+
+
 def to_arrow(frame: pl.DataFrame) -> pa.Table:
     return conform(frame).to_arrow().cast(ARROW_SCHEMA)
 
