@@ -264,14 +264,17 @@ def missing_message(missing: list[SourceFile], settings: Settings) -> str:
 
 def fetch_all(settings: Settings) -> list[FetchedFile]:
     """Both workbooks, or one MissingSourceError naming every file that is missing and where to put it."""
-    fetched, missing = [], []
+    fetched, missing, reasons = [], [], []
     for source in SOURCES:
         try:
             fetched.append(fetch(source, settings))
-        except MissingSourceError:
+        except MissingSourceError as exc:
             missing.append(source)
+            if "download failed" in str(exc):
+                reasons.append(str(exc)[str(exc).index("download failed"):].rstrip(")"))
     if missing:
-        raise MissingSourceError(missing_message(missing, settings))
+        why = f" ({reasons[0]})" if reasons else ""
+        raise MissingSourceError(missing_message(missing, settings) + why)
     return fetched
 
 
