@@ -295,7 +295,7 @@ def read_prediction_file(path: Path, *, model: str, prop: str, label: str | None
         pl.col(by_name["id"]).str.strip_chars().alias("jid"),
         pl.col(by_name["prediction"]).alias("raw"),
         target.alias("target_in_file"),
-        # kept to show what reading by position would have taken as the prediction (PAPER-NOTES §8 item 5)
+        # kept to show what reading by position would have taken as the prediction (docs/connectors.md, jarvis)
         pl.lit(",".join(df.columns)).alias("header"),
         second.alias("second_column"),
     )
@@ -538,7 +538,7 @@ def test_truth_table(truth: pl.DataFrame) -> pl.DataFrame:
     """One row per material in any test split; ``<property>`` only where the material is in that test split.
 
     Complete cases over several properties are the intersection of their test splits (e.g. the 187
-    materials with formation energy, optB88vdW gap and MBJ gap of PAPER-NOTES §6.3).
+    materials with formation energy, optB88vdW gap and MBJ gap the paper adds the MBJ probe on).
     """
     test = truth.filter(pl.col("split") == "test").unique(["jid", "property"], keep="first")
     return test.pivot(on="property", index="jid", values="target").sort("jid")

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from dcaudit.config import Settings, load_settings
 from dcaudit.connectors import matbench
-from dcaudit.features import magpie
 from dcaudit.errors import InputError, IntegrityError
+from dcaudit.features import magpie
 from tests.conftest import MIRROR, mirror_path
 
 SMALL = ("steels", "dielectric")
