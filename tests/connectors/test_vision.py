@@ -231,3 +231,28 @@ def test_generic_parquet_without_split(tmp_path: Path) -> None:
     con = duckdb.connect()
     view = vp.read_predictions(con, path)
     assert con.execute(f"SELECT DISTINCT split FROM {view}").fetchall() == [(0,)]
+
+
+def test_vision_findings_name_unusable_images_and_fit_warnings(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dcaudit.connectors import vision as v
+
+    rows = [("a", "clean", "1"), ("a", "noise", "1"), ("a", "blur", "1"),
+            ("b", "noise", "2"),                                  # no clean prediction: no evidence
+            ("c", "clean", "3"), ("c", "noise", "3")]             # blur missing, nothing wrong: robust NULL
+    table = pa.table({"split": pa.array([0] * len(rows), pa.int32()), "model": ["m"] * len(rows),
+                      "image_id": [r[0] for r in rows], "condition": [r[1] for r in rows],
+                      "predicted": [r[2] for r in rows], "confidence": [0.9] * len(rows),
+                      "label": [r[2] for r in rows], "corruption": [None if r[1] == "clean" else r[1] for r in rows],
+                      "severity": pa.array([None] * len(rows), pa.int32())}, schema=vp.PREDICTION_SCHEMA)
+    preds = tmp_path / "digits.parquet"
+    pq.write_table(table.replace_schema_metadata({"dcaudit.warnings": '["ConvergenceWarning: mlp did not converge"]'}),
+                   preds)
+    images = v.write_images_table({"digits": preds}, tmp_path / "images.parquet")
+    found = v.vision_findings({"digits": preds}, images)
+    kinds = sorted(zip(found["kind"], found["candidate_id"], strict=True), key=str)
+    assert kinds == [("incomplete_conditions", "digits:0:m:c"), ("missing_clean_prediction", "digits:0:m:b"),
+                     ("model_fit_warning", None)]
+    assert set(found["source"]) == {"vision-digits"}
