@@ -283,24 +283,19 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
                 with stage_progress(section, timings, quiet=quiet):
                     for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
                         collected.setdefault(table, []).extend(parts)
-            collected["findings"] = [_findings(prepared)]
+            if isinstance(prepared, PreparedSource):  # what the connector found wrong with its inputs
+                collected["findings"] = [findings.read(prepared.findings)]
             tables = {name: concat(parts) for name, parts in collected.items() if parts}
             return tables, {"timings": timings, "notes": ctx.notes, "source": source_name,
                             "sources": source_provenance(prepared),
-                            "source_files": [s.manifest_entry() for s in getattr(prepared, "sources", ())]}
+                            "source_files": [s.manifest_entry() for s in prepared.sources]
+                            if isinstance(prepared, PreparedSource) else []}
         finally:
             con.close()
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
                        reuse=reuse, quiet=quiet)
-
-
-def _findings(prepared: PreparedSource | Path) -> pa.Table:
-    """The connector's findings (an empty table in the same schema for a user's file)."""
-    if isinstance(prepared, Path):
-        return findings.ARROW_SCHEMA.empty_table()
-    return findings.read(prepared.findings)
 
 
 _PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")

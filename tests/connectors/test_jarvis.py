@@ -72,7 +72,7 @@ def test_real_mirror_tables(real: jarvis.PreparedSource) -> None:
     assert wide["model"].n_unique() == 15 and "matformer_256" not in wide["model"].unique().to_list()
     per_model = wide.filter(pl.col(f"pred_{FE}").is_not_null()).group_by("model").len()
     assert per_model["len"].unique().to_list() == [5572]
-    # the intersection of the fe, gap and MBJ test splits: PAPER-NOTES §6.3's 187 materials
+    # the intersection of the fe, gap and MBJ test splits: the paper's 187 materials of the MBJ probe
     tt = pl.read_parquet(real.tables["test_truth"])
     assert tt.drop_nulls([FE, GAP, "mbj_bandgap"]).height == 187
     findings = pl.read_parquet(real.reports["findings"])

@@ -86,13 +86,23 @@ def test_the_spec_audits_hosts_across_substrates(tmp_path: Path, mirror: Path) -
     from dcaudit.spec import load_spec
 
     spec = load_spec("spin_defects")
-    result = run_spec(spec, _settings(tmp_path / "home", mirror), quiet=True)
+    settings = _settings(tmp_path / "home", mirror)
+    result = run_spec(spec, settings, quiet=True)
     row = result.tables["summary"].to_pylist()[0]
     # fibers = hosts with a heterostructure T2: h1 mixed, h2 pure false, h3 and h9 pure true
     assert (row["n_fibers"], row["n_mixed_fibers"]) == (4, 1)
     assert (row["certified_true"], row["certified_false"], row["ambiguous"]) == (3, 1, 2)
     assert row["mixed_fiber_fraction"] == pytest.approx(0.25)
     assert result.tables["findings"].num_rows == 5
+    # the package's findings are a catalog view like every other table
+    from dcaudit.catalog import Catalog
+
+    kinds = Catalog(settings).query("SELECT kind, count(*) AS n FROM findings GROUP BY kind ORDER BY kind").to_pylist()
+    assert [(r["kind"], r["n"]) for r in kinds] == [("duplicate_heterostructure", 1), ("duplicate_host", 1),
+                                                    ("host_not_in_materials", 1), ("t2_missing", 1),
+                                                    ("t2_non_numeric", 1)]
+    manifest = (result.run_dir / "manifest.json").read_text()
+    assert "zenodo.org/records/16996230/files/Data_Heterostructures.xlsx" in manifest  # source_files
 
 
 def test_missing_workbooks_stop_with_where_to_put_them(tmp_path: Path) -> None:
