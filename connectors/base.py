@@ -29,10 +29,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from dcaudit.config import Settings
 from dcaudit.errors import IntegrityError, MissingSourceError, SpecError
-from dcaudit.storage import cached_table, sha256_file
+from dcaudit.storage import cached_table, md5_file, sha256_file
 
 __all__ = ["Connector", "FetchedFile", "NoOptions", "PreparedSource", "SourceConnector", "SourceFile",
-           "cached_table", "fetch", "parse_options", "provenance", "sha256_file"]
+           "cached_table", "fetch", "parse_options", "provenance", "sha256_file", "verified_sha256"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,11 @@ class SourceFile:
     name: str                      # file name in raw/ and in the mirror directory
     url: str                       # canonical download address
     mirror_paths: tuple[str, ...]  # paths relative to $DCAUDIT_MIRROR, tried in order
-    sha256: str | None = None      # of the downloaded bytes, when upstream bytes are stable
-    md5: str | None = None
+    sha256: str | None = None      # of the bytes (download, and the mirror's first path), when stable
+    md5: str | None = None         # checked when there is no sha256
     licence: str = ""
     citation: str = ""
+    hash_origin: str = ""          # where the hash comes from, for the error message
 
     def manifest_entry(self) -> dict[str, str]:
         """What the run's manifest records about this file (empty fields left out)."""
@@ -186,25 +187,37 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def fetch(source: SourceFile, settings: Settings, *, verify_bytes: bool = True) -> FetchedFile:
-    """The mirror copy if there is one, else a verified download into ``raw/``.
+def verified_sha256(path: Path, source: SourceFile) -> str:
+    """The file's sha256, after checking it against the source's sha256 (or, without one, its md5)."""
+    digest = sha256_file(path)
+    why = f" ({source.hash_origin})" if source.hash_origin else ""
+    if source.sha256 and digest != source.sha256:
+        raise IntegrityError(f"{path} has sha256 {digest}, expected {source.sha256}{why}: it is truncated or "
+                             "modified; restore it from the origin")
+    if not source.sha256 and source.md5 and (md5 := md5_file(path)) != source.md5:
+        raise IntegrityError(f"{path} has md5 {md5}, expected {source.md5}{why}: it is truncated, modified or "
+                             "another version; restore it from the origin")
+    return digest
 
-    Mirror files are read in place (never copied). Downloads are checked against ``sha256``/``md5``
-    when the connector knows them; connectors whose upstream bytes vary verify content instead.
+
+def fetch(source: SourceFile, settings: Settings) -> FetchedFile:
+    """The mirror copy if there is one, else the copy in ``raw/``, else a download into ``raw/``.
+
+    Mirror files are read in place (never copied). Every copy is checked against the source's sha256
+    (or md5) when the connector knows one — for the mirror, the file at the first mirror path or named
+    like the source (other mirror paths may hold another encoding of the data); connectors whose upstream
+    bytes vary, or whose hash is unknown, verify the content instead.
     """
     if settings.mirror is not None:
         for rel in source.mirror_paths:
             candidate = settings.mirror / rel
             if candidate.is_file():
-                digest = sha256_file(candidate)
-                if verify_bytes and source.sha256 and rel.endswith(source.name) and digest != source.sha256:
-                    raise IntegrityError(
-                        f"mirror file {candidate} has sha256 {digest}, expected {source.sha256}: it is "
-                        "truncated or modified; restore it from the origin")
+                hashed = rel == source.mirror_paths[0] or rel.endswith(source.name)
+                digest = verified_sha256(candidate, source) if hashed else sha256_file(candidate)
                 return FetchedFile(candidate, digest, f"mirror:{candidate}", _now())
     cached = settings.raw_dir / source.name
     if cached.is_file():
-        return FetchedFile(cached, sha256_file(cached), source.url, _mtime(cached))
+        return FetchedFile(cached, verified_sha256(cached, source), source.url, _mtime(cached))
     if settings.offline:
         raise MissingSourceError(_missing_message(source, settings))
     return _download(source, settings)

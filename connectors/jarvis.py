@@ -64,7 +64,7 @@ from dcaudit.connectors.base import (
     fetch,
     sha256_file,
 )
-from dcaudit.errors import InputError, IntegrityError, MissingSourceError, SpecError
+from dcaudit.errors import InputError, MissingSourceError, SpecError
 from dcaudit.storage import write_table_atomic
 
 NAME = "jarvis"
@@ -179,7 +179,7 @@ def prediction_source(model: str, prop: str) -> PredictionFile:
         url=f"{RAW}/contributions/{model}/{fname}",
         mirror_paths=(f"{CONTRIB_DIR}/{model}/{fname}",),
         sha256=KNOWN_SHA256.get((model, prop)),
-        licence=LICENCE, citation=CITATION))
+        licence=LICENCE, citation=CITATION, hash_origin=f"the file at jarvis_leaderboard commit {COMMIT[:8]}"))
 
 
 def truth_source(prop: str) -> SourceFile:
@@ -217,15 +217,6 @@ def fetch_truth(prop: str, settings: Settings) -> FetchedFile:
     except MissingSourceError as exc:
         raise MissingSourceError(f"no truth for dft_3d property {prop!r}: install the extra 'materials' "
                                  f"(jarvis-leaderboard ships it offline) or {exc}") from exc
-
-
-def fetch_prediction(pf: PredictionFile, settings: Settings) -> FetchedFile:
-    fetched = fetch(pf.source, settings)
-    if pf.source.sha256 and fetched.sha256 != pf.source.sha256:
-        raise IntegrityError(f"{fetched.path} has sha256 {fetched.sha256}, expected {pf.source.sha256} "
-                             f"(the file at jarvis_leaderboard commit {COMMIT[:8]}): it is truncated or modified; "
-                             "restore it from the origin")
-    return fetched
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -591,7 +582,7 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
                         f"{list(properties)}")
     files = select_models(discover(settings, properties), _all_or(options.models))
     truths = {p: fetch_truth(p, settings) for p in properties}
-    fetched = {pf.label: fetch_prediction(pf, settings) for pf in files}
+    fetched = {pf.label: fetch(pf.source, settings) for pf in files}
     inputs = {f"benchmarks/{truth_file_name(p)}": f.sha256 for p, f in truths.items()}
     inputs.update({label: f.sha256 for label, f in fetched.items()})
     by_model: dict[str, set[str]] = {}

@@ -50,7 +50,7 @@ from dcaudit.connectors.base import (
     fetch,
     provenance,
 )
-from dcaudit.errors import InputError, IntegrityError, MissingSourceError
+from dcaudit.errors import InputError, MissingSourceError
 from dcaudit.storage import write_table_atomic
 
 NORMALISER = "matbench-discovery-1"
@@ -66,7 +66,7 @@ WBM_SUMMARY = SourceFile(
     mirror_paths=("matbench_discovery/wbm/2023-12-13-wbm-summary.csv.gz",
                   "matbench_discovery/2023-12-13-wbm-summary.csv.gz"),
     md5="1555268d3aa59d20262cb9d01ce0994b",
-    licence=LICENCE, citation=CITATION,
+    licence=LICENCE, citation=CITATION, hash_origin="upstream data-files.yml",
 )
 FIGSHARE_PAGE = "https://figshare.com/files/64706751"
 # normalised name -> column of the WBM summary (first one present wins)
@@ -111,14 +111,6 @@ def findings_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{k: r.get(k) for k in FINDING_SCHEMA} for r in rows], schema=FINDING_SCHEMA)
 
 
-def md5_file(path: Path) -> str:
-    h = hashlib.md5()  # noqa: S324 - upstream publishes md5, not a security use
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def missing_summary_message(settings: Settings) -> str:
     mirror = f"{settings.mirror}/{WBM_SUMMARY.mirror_paths[0]}" if settings.mirror else \
         f"$DCAUDIT_MIRROR/{WBM_SUMMARY.mirror_paths[0]}"
@@ -131,14 +123,9 @@ def missing_summary_message(settings: Settings) -> str:
 def fetch_summary(settings: Settings) -> FetchedFile:
     """The WBM summary, md5-checked; a clear MissingSourceError when it is nowhere to be had."""
     try:
-        fetched = fetch(WBM_SUMMARY, settings)
+        return fetch(WBM_SUMMARY, settings)
     except MissingSourceError as exc:
         raise MissingSourceError(missing_summary_message(settings)) from exc
-    digest = md5_file(fetched.path)
-    if digest != WBM_SUMMARY.md5:
-        raise IntegrityError(f"{fetched.path} has md5 {digest}, expected {WBM_SUMMARY.md5} (upstream data-files.yml): "
-                             "it is truncated, modified or another version of the WBM summary")
-    return fetched
 
 
 def read_summary(path: Path) -> pl.DataFrame:
@@ -251,7 +238,7 @@ def prediction_sources(settings: Settings, models: Sequence[str] | str | None = 
     """Every model we know a file for: the mirrored ones, plus (online) figshare-only models."""
     sources = {key: SourceFile(name=f"{key}-{Path(rel).name}", url=f"mirror:matbench_discovery/{rel}",
                                mirror_paths=(f"matbench_discovery/{rel}",), sha256=sha, licence=LICENCE,
-                               citation=CITATION)
+                               citation=CITATION, hash_origin="the mirror's MANIFEST.md")
                for key, (rel, sha, _) in MIRROR_PREDICTIONS.items()}
     mirrored = {_normal(k) for k in sources}
     for key, (url, md5) in _yaml_models(settings).items():
@@ -268,21 +255,13 @@ def prediction_sources(settings: Settings, models: Sequence[str] | str | None = 
     return {m: sources[m] for m in wanted}
 
 
-def _fetch_prediction(key: str, source: SourceFile, settings: Settings) -> FetchedFile:
-    fetched = fetch(source, settings, verify_bytes=False)
-    if source.sha256 and fetched.origin.startswith("mirror:") and fetched.sha256 != source.sha256:
-        raise IntegrityError(f"{fetched.path} has sha256 {fetched.sha256}, expected {source.sha256} (the mirror's "
-                             "MANIFEST.md): truncated or modified")
-    return fetched
-
-
 def load_predictions(settings: Settings, models: Sequence[str] | str | None = None,
                      ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, str]]:
     """Every available model's predictions (long), findings, and input hashes. Unavailable models are findings."""
     parts, findings, inputs = [pl.DataFrame(schema=PREDICTION_SCHEMA)], [findings_frame([])], {}
     for key, source in prediction_sources(settings, models).items():
         try:
-            fetched = _fetch_prediction(key, source, settings)
+            fetched = fetch(source, settings)
         except MissingSourceError as exc:  # figshare-only models, offline
             findings.append(findings_frame([{"source": "matbench-discovery", "model": key, "file": source.url,
                                              "issue": "predictions not available", "value": str(exc)[:200],

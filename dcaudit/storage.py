@@ -24,6 +24,15 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def md5_file(path: Path) -> str:
+    """Hex md5 of a file's bytes (only to compare with the md5 an upstream publishes)."""
+    h = hashlib.md5()  # noqa: S324 - upstream publishes md5, not a security use
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, object] | None = None) -> None:
     """Write one Parquet file (zstd) through a temporary name and ``os.replace``.
 
