@@ -46,3 +46,25 @@ def test_option_types_are_checked_and_lists_accept_text() -> None:
 def test_unknown_source_lists_connectors() -> None:
     with pytest.raises(SpecError, match="unknown source 'tox22'; connectors: jarvis, matbench"):
         get_connector("tox22")
+
+
+def test_findings_schema_helpers(tmp_path) -> None:  # noqa: ANN001
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from dcaudit import findings
+
+    rows = findings.from_rows([{"source": "s", "kind": "b_kind", "row": 2}, {"source": "s", "kind": "a_kind"},
+                               {"source": "s", "kind": "b_kind", "detail": "x"}])
+    assert rows.columns == list(findings.COLUMNS) and rows.schema["row"] == pl.Int64
+    with pytest.raises(ValueError, match="not findings columns: \\['issue'\\]"):
+        findings.from_rows([{"issue": "x"}])
+    assert findings.counts(rows) == [("b_kind", 2), ("a_kind", 1)]
+    assert findings.describe(rows) == "findings: 2 b_kind, 1 a_kind"
+    assert findings.describe(findings.empty()) == "findings: none"
+    kinds = pl.DataFrame({"issue": ["target: NaN", "Odd |thing| > 5"]}).select(
+        findings.kind(pl.col("issue"), {"target: NaN": "target_nan"}))["issue"].to_list()
+    assert kinds == ["target_nan", "odd_thing_5"]
+    path = tmp_path / "f.parquet"
+    pq.write_table(findings.to_arrow(rows), path)
+    assert findings.read(path).schema == findings.ARROW_SCHEMA and findings.read(None).num_rows == 0
