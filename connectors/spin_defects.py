@@ -20,8 +20,8 @@ the sheet must have the configured columns. Without the files :func:`prepare` st
 :class:`MissingSourceError` naming both and where to put them.
 
 Column names are options (defaults: ``MC2D_UUID``, ``T2`` in the materials workbook; ``Host_2D_MC2D_UUID``,
-``Substrate``, ``Compound``, ``T2`` in the heterostructures workbook) because the layout was inferred from
-the paper, not read from the files; docs/connectors.md lists them.
+``Substrate``, ``Compound``, ``T2`` in the heterostructures workbook) because the layout could not be read
+from the files here; docs/connectors.md lists them and what to check once the files are at hand.
 
 Tables (``$DCAUDIT_HOME/tables/spin-defects/<input key>/``):
 
