@@ -40,7 +40,7 @@ def jarvis_table() -> Path:
     settings = load_settings()
     if settings.home.name == "workspace" and not settings.home.exists():
         settings = settings.with_overrides(home=Path(tempfile.mkdtemp()))
-    prepared = jarvis.prepare(settings, require=("formation_energy_peratom", "optb88vdw_bandgap"))
+    prepared = jarvis.prepare(settings, jarvis.Options(require=("formation_energy_peratom", "optb88vdw_bandgap")))
     return prepared.tables["jarvis"]
 
 

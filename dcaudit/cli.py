@@ -172,10 +172,12 @@ def _show(result: Result, title: str, *, quiet: bool, as_json: bool) -> None:
     if quiet:
         click.echo(str(result.package_dir))
         return
-    from dcaudit.reports.console import print_notes, print_summary
+    from dcaudit.reports.console import print_findings, print_notes, print_summary
 
     print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
                   if result.candidates is not None else None)
+    if result.findings is not None:
+        print_findings(result.findings.to_arrow())
     print_notes(result.notes)
 
 
@@ -262,7 +264,7 @@ def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
     if quiet:
         click.echo(outcome.run_id)
         return
-    from dcaudit.reports.console import print_notes, print_replay, print_summary
+    from dcaudit.reports.console import print_findings, print_notes, print_replay, print_summary
 
     result = outcome.result
     if result is not None and "summary" in result.tables:
@@ -270,6 +272,8 @@ def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
                       result.candidates.to_arrow() if result.candidates is not None else None)
         if result.replay is not None:
             print_replay(result.replay.to_arrow())
+        if result.findings is not None:
+            print_findings(result.findings.to_arrow())
         print_notes(result.notes)
     if outcome.reused_from:
         click.echo(f"run {outcome.run_id}: unchanged, reused run {outcome.reused_from} -> {outcome.package_dir}")

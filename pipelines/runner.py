@@ -31,15 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dcaudit
+from dcaudit import findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
-from dcaudit.connectors.base import PreparedSource
+from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import connect
 from dcaudit.errors import MissingSourceError, RunLockedError
 from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label_of, register_input
@@ -101,11 +103,13 @@ def code_hash() -> str:
     content of the code itself does neither."""
     import dcaudit.audits
     import dcaudit.connectors
+    import dcaudit.features
     import dcaudit.pipelines
     import dcaudit.reports
 
     h = hashlib.sha256()
-    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.pipelines, dcaudit.reports):
+    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.features, dcaudit.pipelines,
+                   dcaudit.reports):
         root = Path(module.__file__).parent
         for path in sorted(p for p in root.iterdir() if p.suffix in {".py", ".toml"}):
             h.update(f"{module.__name__}/{path.name}\0".encode())
@@ -253,7 +257,8 @@ def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) 
         return UserSource(path.name, path, str(path))
     # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
     options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in _SOURCE_KEYS}
-    return get_connector(spec.source).prepare(settings, **options)
+    connector = get_connector(spec.source)
+    return connector.prepare(settings, parse_options(connector.name, connector.Options, options))
 
 
 def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSource | UserSource, *,
@@ -273,10 +278,15 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
             with stage_progress(section, timings, quiet=quiet):
                 for table, parts in STAGES[section].function()(ctx).items():
                     collected.setdefault(table, []).extend(parts)
-        collected.setdefault("findings", []).extend(ctx.findings)
+        found = [findings.read(prepared.findings)] if isinstance(prepared, PreparedSource) else []
+        found += [findings.to_arrow(findings.conform(pl.from_arrow(t))) for t in ctx.findings]  # type: ignore[arg-type]
+        if found:  # what the connector and the input contract found wrong with the inputs
+            collected["findings"] = found
         tables = {name: concat(parts) for name, parts in collected.items() if parts}
         return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
-                        "sources": source_provenance(prepared)}
+                        "sources": source_provenance(prepared),
+                        "source_files": [s.manifest_entry() for s in prepared.sources]
+                        if isinstance(prepared, PreparedSource) else []}
     finally:
         con.close()
 

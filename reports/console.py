@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 console = Console(stderr=True)
@@ -201,26 +200,6 @@ def sensitivity_table(sensitivity: pa.Table) -> pa.Table:
                      "median_fiber_size").to_arrow()
 
 
-class PoochProgress:
-    """A rich progress bar with the interface pooch's HTTPDownloader expects (total, update, reset, close)."""
-
-    def __init__(self, name: str) -> None:
-        self._progress = Progress(TextColumn(name), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                  console=console, transient=True)
-        self._task = self._progress.add_task(name, total=None)
-        self._progress.start()
-        self.total: int | None = None
-
-    def update(self, n: int) -> None:
-        self._progress.update(self._task, advance=n, total=self.total)
-
-    def reset(self) -> None:
-        self._progress.reset(self._task, total=self.total)
-
-    def close(self) -> None:
-        self._progress.stop()
-
-
 def replay_table(replay: pa.Table, title: str = "held-out replay (mean over seeds)") -> Table:
     """The seed-NULL rows of replay.parquet: what acting on the evidence would cost, per policy — certified
     share, false decisions (mean [p10, p90] over seeds), acquisitions as a share and a count, break-even price."""
@@ -254,3 +233,15 @@ def replay_table(replay: pa.Table, title: str = "held-out replay (mean over seed
 
 def print_replay(replay: pa.Table) -> None:
     console.print(replay_table(replay))
+
+
+def findings_line(findings: pa.Table) -> str:
+    """``findings: 12 invalid_smiles, 3 duplicate_id`` — how many of which kind the connector reported."""
+    from dcaudit.findings import describe
+
+    return describe(findings)
+
+
+def print_findings(findings: pa.Table) -> None:
+    console.print(findings_line(findings) + ("  (dcaudit query \"select * from findings\")"
+                                             if findings.num_rows else ""))

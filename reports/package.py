@@ -2,7 +2,9 @@
 
 from dcaudit.storage import (  # noqa: F401
     PACKAGE_TABLES,
+    cached_table,
     concat,
+    md5_file,
     read_manifest,
     sha256_file,
     verify_package,
