@@ -253,7 +253,7 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
         if engine == "spark":
             if not isinstance(data, str | Path):
                 raise SpecError("engine = 'spark' reads files (paths Spark can see), not in-memory frames")
-            from dcaudit.audits.spark_engine import run_spec_spark
+            from dcaudit.pipelines.spark import run_spec_spark
 
             return _from_run(run_spec_spark(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet))
         return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,

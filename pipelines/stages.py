@@ -70,7 +70,7 @@ STAGES: dict[str, Stage] = {
     "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS"),
     "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS"),
     "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS"),
-    "vision": Stage("dcaudit.audits.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS"),
+    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS"),
 }
 
 

@@ -1,5 +1,6 @@
 """The layers hold at import level: the core imports nothing above it; connectors and audits import only
-the core (and their own folder); reports import only the core; pipelines and the API/CLI compose.
+the core (and their own folder; connectors also the feature code in features/); reports import only the
+core; pipelines and the API/CLI compose.
 
 Imports are read with ``ast`` from the source files (lazy imports inside functions count too), so a
 backward import fails here whether or not a test happens to execute it."""
@@ -13,14 +14,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # folder -> package it installs as
-PACKAGES = {"dcaudit": "dcaudit", "connectors": "dcaudit.connectors", "audits": "dcaudit.audits",
-            "pipelines": "dcaudit.pipelines", "reports": "dcaudit.reports"}
-LAYERS = ("dcaudit.connectors", "dcaudit.audits", "dcaudit.pipelines", "dcaudit.reports")
+PACKAGES = {"dcaudit": "dcaudit", "connectors": "dcaudit.connectors", "features": "dcaudit.features",
+            "audits": "dcaudit.audits", "pipelines": "dcaudit.pipelines", "reports": "dcaudit.reports"}
+LAYERS = ("dcaudit.connectors", "dcaudit.features", "dcaudit.audits", "dcaudit.pipelines", "dcaudit.reports")
 # the modules of the core that compose the layers above it
 COMPOSERS = {"dcaudit.api", "dcaudit.cli", "dcaudit"}
 ALLOWED = {
     "dcaudit": (),                                  # the core: nothing above it
-    "dcaudit.connectors": ("dcaudit.connectors",),
+    "dcaudit.connectors": ("dcaudit.connectors", "dcaudit.features"),  # features: Magpie, image corruptions
+    "dcaudit.features": ("dcaudit.features",),
     "dcaudit.audits": ("dcaudit.audits",),
     "dcaudit.reports": ("dcaudit.reports",),
     "dcaudit.pipelines": LAYERS,
