@@ -130,7 +130,10 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
         raise InputError(f"duplicate prediction for split {dup[0]}, model {dup[1]!r}, image {dup[2]!r}, "
                          f"condition {dup[3]!r}{earlier}: each (split, model, image_id, condition) must occur once",
                          file=file, row=rows[1] if rows else None, column="image_id")
-    norm = f"{view}_predictions"
+    from dcaudit.claims import quote_identifier
+    from dcaudit.inputs import label_of
+
+    norm = quote_identifier(f"{label_of(view)} (predictions)")  # the view may be a quoted file name
     extra = ", ".join(f"CAST({c} AS {t}) AS {c}" if c in columns else f"NULL::{t} AS {c}"
                       for c, t in (("corruption", "VARCHAR"), ("severity", "INTEGER")))
     con.execute(f"""CREATE OR REPLACE TEMP VIEW {norm} AS SELECT
@@ -144,10 +147,11 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
 def read_predictions(con: duckdb.DuckDBPyConnection, path: Path, *, conditions: Sequence[str] | None = None,
                      clean: str = CLEAN, view: str = "user_predictions") -> str:
     """Load and validate a user's predictions file; return the normalised view's name."""
-    from dcaudit.connectors.table import ROW_ID, register_file
+    from dcaudit.inputs import ROW, register_input
 
-    register_file(con, Path(path), view, row_id=True)
-    return validate_predictions(con, view, file=str(path), conditions=conditions, clean=clean, row_column=ROW_ID)
+    registered = register_input(con, Path(path))  # the input contract: readable, unique columns, __row
+    return validate_predictions(con, registered.view, file=str(path), conditions=conditions, clean=clean,
+                                row_column=ROW)
 
 
 def image_evidence_sql(predictions: str, clean: str = CLEAN, bins: int = 10) -> str:

@@ -17,6 +17,7 @@ from dcaudit.audits.vision import (
     build_suites,
     headline_notes,
 )
+from dcaudit.inputs import ROW
 
 
 def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipelines.runner.StageContext
@@ -33,9 +34,10 @@ def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipeline
     for table, view in ctx.tables.items():
         if table == "images":  # the connector's per-image table, audited by the spec's plain [[audits]]
             continue
-        if is_file:  # a user's predictions: reload with row numbers so errors can name the row
-            norm = vision_predictions.read_predictions(ctx.con, user_file, conditions=cfg.conditions,
-                                                       clean=cfg.clean)
+        if is_file:  # a user's predictions: registered with row numbers, so errors can name the row
+            norm = vision_predictions.validate_predictions(ctx.con, view, file=str(user_file),
+                                                           conditions=cfg.conditions, clean=cfg.clean,
+                                                           row_column=ROW)
             source, order = ctx.source, cfg.model_order
         else:
             norm = vision_predictions.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,

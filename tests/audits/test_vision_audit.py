@@ -210,12 +210,14 @@ def test_run_spec_with_a_user_predictions_file(settings, tmp_path: Path) -> None
                 rows.append(f"{split},{model},{img},jpeg,{label if rng.random() < 0.6 else 1},{label},0.5")
     path = tmp_path / "my_preds.csv"
     path.write_text("\n".join(rows) + "\n")
-    raw = {"name": "mine", "source": {"path": str(path), "id": "image_id"},
+    # the long table repeats each image_id per split, model and condition: kept, and reported as findings
+    raw = {"name": "mine", "source": {"path": str(path), "id": "image_id", "duplicates": "keep"},
            "audits": [{"id": "clean-evidence", "claim": "predicted = label", "evidence": ["predicted"]}],
            "vision": {"suites": ["all"], "conditions": ["jpeg"], "bootstrap": 50}}
     result = run_spec(spec_from_dict(raw), settings)
     summary = [r for r in result.tables["summary"].to_pylist() if r["audit_id"] == "robust[all]"]
     assert {r["source"] for r in summary} == {"my_preds.csv"} and len(summary) == 2 * 2 + 2
+    assert set(result.tables["findings"].column("kind").to_pylist()) <= {"duplicate_id", "duplicate_id_conflicting"}
     raw["vision"]["conditions"] = ["blur"]
     with pytest.raises(InputError, match="unknown condition 'jpeg'") as exc:
         run_spec(spec_from_dict({**raw, "name": "mine2"}), settings)
