@@ -25,7 +25,7 @@ import duckdb
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
-from dcaudit.inputs import ROW, column_types, label_of, require_numeric
+from dcaudit.inputs import ROW, column_types, guard_nan, label_of, require_numeric
 
 MAX_QUANTILE_BINS = 100_000  # a bin rule asks for a partition, not a sort order: far more bins are a typo
 
@@ -109,6 +109,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
     check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
     types = column_types(con, relation)
+    guard_nan(con, types, (*emap.columns, *claim.columns))
     if emap.rule.kind in {"quantile", "width"}:
         for col in emap.columns:
             require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")

@@ -91,7 +91,7 @@ from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import column_types, duckdb_message, label_of, require_numeric
+from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
 PRICE_GRID = defaults.PRICE_GRID
@@ -852,6 +852,7 @@ def window_replay(
     check_columns(claim.columns, available, what=f"claim {claim.text!r}")
     q = quote_identifier
     types = column_types(con, relation)
+    guard_nan(con, types, (window.column, *claim.columns))
     require_numeric(con, relation, window.column, types, why="a tolerance window")
     if window.reference:
         require_numeric(con, relation, window.reference, types, why="the tolerance's reference")

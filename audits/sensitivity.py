@@ -33,7 +33,7 @@ from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import column_types, duckdb_message, label_of, require_numeric
+from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 
 DEFAULT_RULES = defaults.SENSITIVITY_RULES
 _counter = itertools.count()
@@ -151,6 +151,7 @@ def _model_rows(con: duckdb.DuckDBPyConnection, view: str, id_column: str, evide
     q = quote_identifier
     ref = f"CAST({q(reference)} AS DOUBLE)" if reference else "NULL::DOUBLE"
     types = column_types(con, view)
+    guard_nan(con, types, (evidence, *claim.columns))
     require_numeric(con, view, evidence, types, why="a window rule")
     y_sql = claim_sql(claim, types)
     try:  # windows need finite evidence: NaN and ±inf are excluded, as under missing = "drop"

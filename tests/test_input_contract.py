@@ -265,3 +265,14 @@ def test_leakage_is_noted() -> None:
     frame = pl.DataFrame({"id": ["a", "b"], "e": [0, 1], "y": [1, 0]})
     r = dcaudit.audit(frame, evidence=["e"], claim="e = 1", id="id")
     assert any("leakage" in note for note in r.notes)
+
+
+def test_nan_in_a_parquet_file_is_seen_despite_its_statistics(tmp_path: Path) -> None:
+    """DuckDB folds isnan() with Parquet min/max statistics, which leave NaN out; the audit must not."""
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "e": [0.5, 0.5, math.nan], "score": [1.0, math.nan, 2.0],
+                             "y": [1, 0, 1]}), path)
+    r = dcaudit.audit(path, evidence="e", claim="y = 1", id="id")
+    assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"c": "evidence_nan"}
+    r = dcaudit.audit(path, evidence="y", claim="score > 0.5", id="id")
+    assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"b": "claim_undefined"}
