@@ -107,7 +107,7 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
         check_unique_columns(table.column_names, name)
         if ROW in table.column_names:
             table = table.drop([ROW])
-        table = table.append_column(ROW, pa.array(range(1, table.num_rows + 1), pa.int64()))
+        table = table.append_column(ROW, _row_numbers(table.num_rows))
         digest = _arrow_sha256(table)
     else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here
         check_unique_columns(table.schema.names, name)
@@ -213,12 +213,20 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         table = read_csv(path)
         if ROW in table.column_names:
             table = table.drop([ROW])
-        table = table.append_column(ROW, pa.array(range(1, table.num_rows + 1), pa.int64()))
+        table = table.append_column(ROW, _row_numbers(table.num_rows))
         con.register(f"_csv_{_safe(name)}", table)
         _create_view(con, view, f"SELECT * FROM {quote_identifier(f'_csv_{_safe(name)}')}", text)
     else:
         raise InputError(f"unknown file type; use one of {', '.join(SUFFIXES)}", file=text)
     return _described(con, view, name, {path.name: sha256_file(path)})
+
+
+def _row_numbers(n: int) -> pa.Array:
+    """1 .. n as an Arrow int64 array, built on numpy's buffer: ``pa.array`` (of a range or of a numpy
+    array alike) makes pyarrow import pandas (~0.3 s of start-up) to check the input for pandas types."""
+    import numpy as np
+
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(1, n + 1, dtype=np.int64))])
 
 
 def _lit(text: str) -> str:

@@ -27,7 +27,19 @@ def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
     """Every table carries ``run_id`` as its first column."""
     if "run_id" in table.column_names:
         table = table.drop(["run_id"])
-    return table.add_column(0, "run_id", pa.array([run_id] * table.num_rows, pa.string()))
+    return table.add_column(0, "run_id", constant_strings(run_id, table.num_rows))
+
+
+def constant_strings(value: str, n: int) -> pa.Array:
+    """``n`` copies of ``value`` as an Arrow string array, built from buffers: converting Python objects
+    (``pa.array([...])``, ``pa.scalar``) makes pyarrow import pandas, ~0.3 s of a command's start-up."""
+    import numpy as np
+
+    data = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32 if len(data) * n < 2**31 else np.int64) * len(data)
+    kind = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+    array = pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+    return array if kind == pa.string() else array.cast(pa.string())
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:
