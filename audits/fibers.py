@@ -120,10 +120,19 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
         parts = []
         for i in todo:
             col = quote_identifier(evidence.columns[i])
-            parts.append(f"min({col}), max({col})")
+            if evidence.rule.kind == "width":
+                # NaN and ±inf have width codes at the ends of BIGINT (and DuckDB's max() is NaN when
+                # one occurs): such a column cannot be packed
+                x = f"CAST({col} AS DOUBLE)"
+                parts.append(f"min({x}) FILTER (WHERE isfinite({x})), max({x}) FILTER (WHERE isfinite({x})), "
+                             f"count(*) FILTER (WHERE NOT isfinite({x}))")
+            else:
+                parts.append(f"min({col}), max({col}), 0")
         row = con.execute(f"SELECT {', '.join(parts)} FROM {relation}").fetchall()[0]
         for j, i in enumerate(todo):
-            lo, hi = row[2 * j], row[2 * j + 1]
+            lo, hi, non_finite = row[3 * j], row[3 * j + 1], row[3 * j + 2]
+            if non_finite:
+                return None
             if lo is None:  # all missing: the key part is always NULL
                 ranges[i] = (0, 0)
                 continue
@@ -134,6 +143,8 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
             ranges[i] = (int(lo), int(hi))
     size = 2  # the audited flag
     for lo, hi in ranges:  # type: ignore[misc]
+        if hi < lo:
+            return None
         size *= hi - lo + 2  # + 1 for NULL
         if size >= _PACK_LIMIT:
             return None
@@ -159,6 +170,17 @@ def _has_division(node: Node) -> bool:
     return (node.kind == "binary" and node.value == "/") or any(_has_division(c) for c in node.children)
 
 
+def packed_terms(key_columns: tuple[str, ...], ranges: list[tuple[int, int]]) -> tuple[list[str], int]:
+    """The mixed-radix digits of small-integer key parts (0 for NULL) as SQL terms, and the radix after
+    the last one: ``sum(terms)`` is one BIGINT per distinct key (used by the audit and the replay)."""
+    radix, terms = 1, []
+    for k, (lo, hi) in zip(key_columns, ranges, strict=True):
+        code = f"coalesce(CAST({k} AS BIGINT) - ({lo}) + 1, 0)"
+        terms.append(f"{code} * {radix}" if radix > 1 else code)
+        radix *= hi - lo + 2
+    return terms, radix
+
+
 def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: EvidenceSQL,
                    evidence: EvidenceMap, relation: str, claim: Claim | None = None) -> None:
     """One grouping scan of the evidence view into ``grp_t`` (key parts, audited, n, n_true, lo, hi).
@@ -180,13 +202,12 @@ def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Ev
         )
         return
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
-    radix, terms, unpack = 1, [], []
+    terms, radix = packed_terms(ev.key_columns, ranges)
+    unpack, r = [], 1
     for k, (lo, hi) in zip(ev.key_columns, ranges, strict=True):
-        code = f"coalesce(CAST({k} AS BIGINT) - ({lo}) + 1, 0)"
-        terms.append(f"{code} * {radix}" if radix > 1 else code)
-        digit = f"((pk // {radix}) % {hi - lo + 2})"
+        digit = f"((pk // {r}) % {hi - lo + 2})"
         unpack.append(f"CAST(CASE WHEN {digit} = 0 THEN NULL ELSE {digit} - 1 + ({lo}) END AS {types[k]}) AS {k}")
-        radix *= hi - lo + 2
+        r *= hi - lo + 2
     # Without NULLs no row is excluded: the audited digit is a constant, which saves evaluating the
     # exclusion reason per row (~25 % of the grouping scan on 8 binary columns).
     audited = str(radix) if _never_excluded(con, relation, evidence, claim) else f"CAST(reason IS NULL AS BIGINT) * {radix}"

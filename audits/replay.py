@@ -87,7 +87,7 @@ import pyarrow as pa
 
 from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
-from dcaudit.audits.fibers import AuditLabels
+from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
 from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
@@ -431,6 +431,92 @@ def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_col
 
 
 # ---------------------------------------------------------------------------------------------------
+# Split counts without candidate × seed rows. DuckDB's ``hash(h, seed)`` of a UBIGINT ``h`` and a BIGINT
+# seed is ``mix(murmur(h)) XOR murmur(seed)`` (``murmur`` its 64-bit finaliser, ``mix`` the first step
+# of its hash combiner), so the part that depends on the candidate is computed once per candidate and
+# each seed costs one XOR, one remainder and one comparison per candidate — in numpy, over blocks that
+# stay in cache, candidates sorted by (fiber, claim) so that a block's counts are segment sums.
+# ``_hash_matches`` checks the formula against DuckDB itself before every use; if a DuckDB version
+# hashed differently, the replay falls back to the SQL pass (same splits by definition).
+
+_MURMUR = np.uint64(0xD6E8FEB86659FD93)
+_SHIFT = np.uint64(32)
+_BLOCK_BYTES = 1 << 22  # (seeds × block) uint64 work array: ~4 MB stays in cache
+
+
+def _murmur(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint64, copy=True)
+    x ^= x >> _SHIFT
+    x *= _MURMUR
+    x ^= x >> _SHIFT
+    x *= _MURMUR
+    x ^= x >> _SHIFT
+    return x
+
+
+def _candidate_part(h: np.ndarray) -> np.ndarray:
+    """The candidate's half of ``hash(h, seed)``: murmur(h), then the combiner's first mixing step."""
+    a = _murmur(h)
+    a ^= a >> _SHIFT
+    a *= _MURMUR
+    return a
+
+
+def _split_hashes(h: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """``hash(h, seed)`` for every (h, seed) pair of the two aligned arrays, as DuckDB computes it."""
+    with np.errstate(over="ignore"):
+        return _candidate_part(h) ^ _murmur(seeds.astype(np.int64).astype(np.uint64))
+
+
+def _hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when :func:`_split_hashes` reproduces this DuckDB's ``hash(h, seed)`` (checked on a sample)."""
+    got = con.execute("SELECT hash(i * 7919) AS h, i - 40 AS s, hash(hash(i * 7919), i - 40) AS hs "
+                      "FROM range(80) t(i)").fetchnumpy()
+    want = np.asarray(got["hs"], dtype=np.uint64)
+    return bool(np.array_equal(_split_hashes(np.asarray(got["h"], dtype=np.uint64), np.asarray(got["s"])), want))
+
+
+def split_counts(h: np.ndarray, group: np.ndarray, n_groups: int, seeds: np.ndarray, threshold: int,
+                 threads: int = 1) -> np.ndarray:
+    """Calibration members per (seed, group): ``out[s, g]`` = #{i : group[i] = g and
+    hash(h[i], seeds[s]) % SPLIT_BUCKETS < threshold}, the replay's split, without a row per (i, s)."""
+    order = np.argsort(group.astype(np.uint16) if n_groups <= 1 << 16 else group, kind="stable")
+    a = _candidate_part(h)[order]
+    g = np.asarray(group)[order]
+    del order
+    with np.errstate(over="ignore"):
+        c = _murmur(np.asarray(seeds, dtype=np.int64).astype(np.uint64))
+    n, n_seeds = len(a), len(c)
+    block = max(1024, _BLOCK_BYTES // (8 * max(n_seeds, 1)))
+    bounds = list(range(0, n, block)) + [n]
+    pieces = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+    buckets, below = np.uint64(SPLIT_BUCKETS), np.uint64(threshold)
+
+    def count(chunk: list[tuple[int, int]]) -> np.ndarray:
+        out = np.zeros((n_seeds, n_groups), dtype=np.int64)
+        work = np.empty((n_seeds, block), dtype=np.uint64)
+        cal = np.empty((n_seeds, block), dtype=bool)
+        for lo, hi in chunk:
+            m = hi - lo
+            w, k = work[:, :m], cal[:, :m]
+            np.bitwise_xor(a[None, lo:hi], c[:, None], out=w)
+            np.remainder(w, buckets, out=w)
+            np.less(w, below, out=k)
+            gb = g[lo:hi]
+            starts = np.flatnonzero(np.concatenate(([True], gb[1:] != gb[:-1])))
+            out[:, gb[starts]] += np.add.reduceat(k, starts, axis=1, dtype=np.int64)
+        return out
+
+    threads = max(1, min(int(threads), len(pieces)))
+    if threads == 1:
+        return count(pieces)
+    from concurrent.futures import ThreadPoolExecutor  # numpy releases the GIL in these loops
+
+    with ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(count, [pieces[i::threads] for i in range(threads)]))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------------
 # Public API.
 
 @dataclass(frozen=True)
@@ -480,8 +566,83 @@ def fiber_replay(
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
     ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
+    counts = _fiber_split_counts(con, relation, ev, evidence, claim, config) if _hash_matches(con) else None
+    if counts is None:
+        counts = _fiber_split_counts_sql(con, relation, ev, claim, config)
+    excluded = np.asarray(counts["seed_index"]) < 0
+    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
+                         int(np.asarray(counts["n"])[excluded].sum()))
+    ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
+    return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
+
+
+def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, evidence: EvidenceMap,
+                        claim: Claim, config: ReplayConfig) -> dict[str, np.ndarray]:
+    """Members and trues per (seed, fiber, half), as :func:`_fiber_split_counts_sql`, from one pass
+    over the candidates (hash of the id, fiber, claim) and :func:`split_counts` in numpy.
+
+    The fiber of a candidate is its packed key (small-integer key parts, as the audit packs them) made
+    dense, else ``dense_rank()`` over the key parts. Fiber numbers only name fibers: the outcomes are
+    sums over them. A row per fiber and seed for each half (empty halves as zeros); excluded candidates
+    as one row with seed_index -1.
+    """
+    tag = next(_counter)
+    ev_t = f"_rev_{tag}"
+    con.execute(f"CREATE TEMP VIEW {ev_t} AS {ev.sql}")
+    try:
+        ranges = _key_ranges(con, ev_t, ev, evidence, relation)
+        if ranges is not None:
+            terms, radix = packed_terms(ev.key_columns, ranges)
+            fiber_sql = " + ".join(terms)
+        else:
+            radix, fiber_sql = 0, f"CAST(dense_rank() OVER (ORDER BY {', '.join(ev.key_columns)}) AS BIGINT)"
+        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t} "
+                           "WHERE reason IS NULL").fetchnumpy()
+        n_excluded = 0 if _never_excluded(con, relation, evidence, claim) else int(
+            con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
+        threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    except duckdb.Error as exc:
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=ev.label or relation) from None
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {ev_t}")
+    h = np.asarray(rows["h"], dtype=np.uint64)
+    key = np.asarray(rows["f"], dtype=np.int64)
+    y = np.asarray(rows["y"], dtype=bool)
+    del rows
+    if radix and radix <= 1 << 26:  # dense numbers from a presence table: no sort
+        present = np.bincount(key, minlength=radix) > 0
+        fiber = (np.cumsum(present) - 1)[key]
+    else:
+        _, fiber = np.unique(key, return_inverse=True)
+    del key
+    n_fibers = int(fiber.max(initial=-1)) + 1
+    group = 2 * fiber + y
+    n = np.bincount(fiber, minlength=n_fibers).astype(np.int64)
+    t = np.bincount(fiber, weights=y, minlength=n_fibers).astype(np.int64)
+    seeds = np.arange(int(config.seed_offset), int(config.seed_offset) + int(config.seeds), dtype=np.int64)
+    cal = split_counts(h, group, 2 * n_fibers, seeds, config.threshold, threads=threads)
+    del h, group, fiber, y
+    n_cal = cal[:, 0::2] + cal[:, 1::2]  # (seed, fiber)
+    t_cal = cal[:, 1::2]
+    n_seeds = len(seeds)
+    seed_index = np.repeat(np.arange(n_seeds, dtype=np.int64), n_fibers)
+    f = np.tile(np.arange(n_fibers, dtype=np.int64), n_seeds)
+    halves = {
+        "seed_index": np.concatenate([seed_index, seed_index, [-1]]),
+        "f": np.concatenate([f, f, [0]]),
+        "cal": np.concatenate([np.ones(len(f), bool), np.zeros(len(f), bool), [False]]),
+        "n": np.concatenate([n_cal.ravel(), (n[None, :] - n_cal).ravel(), [n_excluded]]),
+        "t": np.concatenate([t_cal.ravel(), (t[None, :] - t_cal).ravel(), [0]]),
+    }
+    return halves
+
+
+def _fiber_split_counts_sql(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, claim: Claim,
+                            config: ReplayConfig) -> dict[str, np.ndarray]:
+    """The split counts as one SQL pass over candidates × seeds (the definition; used when this
+    DuckDB's ``hash`` is not the one :func:`split_counts` reproduces)."""
     keys = ", ".join(ev.key_columns)
-    # The only pass over candidates × seeds, in SQL: members and trues per (seed, fiber, half).
     sql = f"""
     SELECT CAST(s.seed - {int(config.seed_offset)} AS BIGINT) AS seed_index, b.f, {_split_sql(config)} AS cal,
            count(*) AS n, count(*) FILTER (WHERE b.y) AS t
@@ -492,15 +653,10 @@ def fiber_replay(
     -- candidates the evidence map leaves out (missing evidence or claim) are counted, not lost
     UNION ALL SELECT -1, 0, FALSE, count(*), 0 FROM ({ev.sql}) WHERE reason IS NOT NULL"""
     try:
-        counts = con.execute(sql).fetchnumpy()
+        return con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
                          file=ev.label or relation) from None
-    excluded = np.asarray(counts["seed_index"]) < 0
-    names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
-                         int(np.asarray(counts["n"])[excluded].sum()))
-    ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
-    return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
 
 
 def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str | None) -> dict[str, np.ndarray]:

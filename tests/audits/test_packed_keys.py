@@ -101,3 +101,22 @@ def test_tables_without_nulls_skip_the_exclusion_check_and_agree() -> None:
             fibers._key_ranges = real
         for name in ("summary", "fibers", "candidates"):
             assert getattr(got, name).equals(getattr(want, name)), (claim, name)
+
+
+def test_width_bins_with_nan_and_inf_are_not_packed() -> None:
+    """NaN makes DuckDB's max() NaN and ±inf have codes at the ends of BIGINT: packing such a column
+    overflowed (a NaN and a +inf under missing = "as-value"); it is grouped unpacked instead."""
+    import duckdb
+    import pyarrow as pa
+
+    from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+    from dcaudit.audits.fibers import AuditLabels, audit_fibers
+    from dcaudit.claims import parse_claim
+
+    con = duckdb.connect()
+    con.register("t", pa.table({"id": [1, 2, 3, 4, 5], "x": [0.1, float("nan"), float("inf"), 1.2, float("-inf")],
+                                "y": [1, 0, 1, 0, 1]}))
+    for missing, n_fibers in (("as-value", 5), ("drop", 2)):
+        audit = audit_fibers(con, "t", id_column="id", claim=parse_claim("y = 1"), labels=AuditLabels("s", "a"),
+                             evidence=EvidenceMap(("x",), parse_fiber_rule("width:0.5"), missing=missing))
+        assert audit.summary["n_fibers"][0].as_py() == n_fibers
