@@ -16,7 +16,9 @@ Benchmarks (``--only`` takes a comma-separated subset of these names):
   refinement, ``--completion-seeds`` seeds, ``--completion-steps`` steps) (duckdb).
 
 pandas rows are "what a user would write": read the Parquet, groupby, and for the replay a Python
-loop over seeds. ``ratio_vs_pandas`` on a duckdb/spark row = pandas seconds / its seconds.
+loop over seeds; polars rows the same with polars (lazy scan, ``group_by``, ``qcut``) — the peer a
+skilled user would pick. ``ratio_vs_pandas`` on a duckdb/polars/spark row = pandas seconds / its
+seconds; a duckdb row's settings also carry ``ratio_vs_polars`` and every row its ``cpu_seconds``.
 
     .venv/bin/python bench/suite.py                      # 1e6 and 1e7, every benchmark
     .venv/bin/python bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas
@@ -152,6 +154,47 @@ def run_pandas(bench: str, path: Path, opts: dict) -> tuple[float, dict]:
     raise SystemExit(f"no pandas baseline for {bench}")
 
 
+def run_polars(bench: str, path: Path, opts: dict) -> tuple[float, dict]:
+    """What a skilled user would write with polars: a lazy scan, ``group_by``, ``qcut``; the replay a
+    loop over seeds (numpy draws, polars joins)."""
+    import numpy as np
+    import polars as pl
+
+    ev = list(EVIDENCE)
+    start = time.perf_counter()
+    if bench == "fiber_audit:exact":
+        fibers = (pl.scan_parquet(path).select([*ev, "y"]).drop_nulls()
+                  .group_by(ev).agg(n=pl.len(), n_true=pl.col("y").sum()).collect())
+        return time.perf_counter() - start, _polars_fiber_checks(fibers)
+    if bench == "fiber_audit:quantile:20":
+        df = pl.read_parquet(path, columns=["x", "r"]).drop_nulls()
+        fibers = (df.with_columns(bin=pl.col("x").qcut(20, allow_duplicates=True), y=pl.col("r") > 1.0)
+                  .group_by("bin").agg(n=pl.len(), n_true=pl.col("y").sum()))
+        return time.perf_counter() - start, _polars_fiber_checks(fibers)
+    if bench == "replay:100":
+        df = pl.read_parquet(path, columns=[*ev, "y"]).drop_nulls()
+        key = df.select(ev).to_numpy().astype(np.int64) @ (2 ** np.arange(len(ev)))
+        base = pl.DataFrame({"key": key, "y": df["y"].to_numpy().astype(bool)})
+        false_fm = []
+        for seed in range(REPLAY_SEEDS):
+            cal = np.random.default_rng(seed).random(base.height) < 0.5
+            frame = base.with_columns(cal=pl.Series(cal))
+            stats = frame.filter(pl.col("cal")).group_by("key").agg(size=pl.len(), total=pl.col("y").sum())
+            gmaj = 2 * int(frame.filter(pl.col("cal"))["y"].sum()) > int(cal.sum())
+            test = frame.filter(~pl.col("cal")).join(stats, on="key", how="left")
+            maj = (pl.when(pl.col("size").is_null()).then(gmaj).otherwise(2 * pl.col("total") > pl.col("size")))
+            false_fm.append(float(test.select((maj != pl.col("y")).mean()).item()))
+        return time.perf_counter() - start, {"fiber_majority_false": float(np.mean(false_fm)), "seeds": REPLAY_SEEDS}
+    raise SystemExit(f"no polars baseline for {bench}")
+
+
+def _polars_fiber_checks(fibers) -> dict:  # noqa: ANN001 - a polars frame
+    import polars as pl
+
+    pure = fibers.filter((pl.col("n_true") == 0) | (pl.col("n_true") == pl.col("n")))
+    return {"n_fibers": int(fibers.height), "certified": int(pure["n"].sum())}
+
+
 def _pandas_fiber_checks(fibers) -> dict:  # noqa: ANN001 - a pandas frame
     pure = (fibers.n_true == 0) | (fibers.n_true == fibers.n)
     return {"n_fibers": int(len(fibers)), "certified": int(fibers.loc[pure, "n"].sum())}
@@ -210,6 +253,8 @@ def worker(spec: dict) -> None:
         seconds, checks = run_duckdb(spec["bench"], path, spec["memory_limit"], spec)
     elif spec["engine"] == "pandas":
         seconds, checks = run_pandas(spec["bench"], path, spec)
+    elif spec["engine"] == "polars":
+        seconds, checks = run_polars(spec["bench"], path, spec)
     else:
         seconds, checks = run_spark(spec["bench"], path, spec)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -240,7 +285,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1e6,1e7", help="comma-separated candidate counts")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmarks")
     parser.add_argument("--memory-limit", default="8GB", help="DuckDB memory limit (it spills beyond)")
-    parser.add_argument("--no-pandas", action="store_true", help="skip the pandas baselines")
+    parser.add_argument("--no-pandas", action="store_true", help="skip the pandas and polars baselines")
     parser.add_argument("--pandas-replay-max", type=float, default=1e6,
                         help="largest size at which the (slow: ~200 s at 1e7) pandas replay loop runs")
     parser.add_argument("--completion-max", type=float, default=1e6,
@@ -275,13 +320,15 @@ def main() -> None:
                 continue
             engines = ["duckdb"]
             if not args.no_pandas and bench in PANDAS and not (bench == "replay:100" and n > args.pandas_replay_max):
-                engines.append("pandas")
+                engines += ["pandas", "polars"]
             if args.spark and bench in SPARK:
                 engines.append("spark")
             results = {e: measure(bench, e, path, args) for e in engines}
             base = results.get("pandas")
             for engine, r in results.items():
                 ratio = base["seconds"] / r["seconds"] if base and engine != "pandas" else None
+                if "polars" in results and engine == "duckdb":
+                    r["checks"]["ratio_vs_polars"] = round(results["polars"]["seconds"] / r["seconds"], 2)
                 rows.append({"benchmark": bench, "engine": engine, "n_rows": n, "seconds": r["seconds"],
                              "peak_rss_mb": r["peak_rss_mb"], "ratio_vs_pandas": ratio, "load_avg": r["load_avg"],
                              "settings": json.dumps({"memory_limit": args.memory_limit, **r["checks"]})})

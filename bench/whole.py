@@ -1,0 +1,145 @@
+"""Whole commands, timed as a user times them: ``dcaudit audit`` / ``replay`` against plain pandas and
+polars scripts doing the same work (bench/peers/), each a fresh process under ``/usr/bin/time -v``
+(wall, user + system CPU, peak RSS). Rows go to bench/results/latest.parquet with engine
+``dcaudit-cli`` / ``pandas-script`` / ``polars-script``; ``ratio_vs_pandas`` is the pandas script's
+wall time over this row's, and settings carry CPU seconds, the CPU ratio and the command.
+
+    .venv/bin/python bench/whole.py                 # Tox21 audit + replay, 1e6 synthetic audits, replay
+    .venv/bin/python bench/whole.py --only tox21_audit --repeat 5
+
+Python byte-code must be cached for fair start-up numbers (a user's installed package has it):
+the script unsets PYTHONDONTWRITEBYTECODE and runs every command once before timing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from data import EVIDENCE, dataset  # noqa: E402
+
+TOX21_NR = "NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma"
+PY = sys.executable
+DCAUDIT = str(Path(sys.executable).with_name("dcaudit"))
+
+
+def tox21_csv() -> str:
+    mirror = os.environ.get("DCAUDIT_MIRROR")
+    if not mirror:
+        raise SystemExit("set DCAUDIT_MIRROR (the Tox21 CSV is read from the mirror)")
+    return str(Path(mirror) / "tox21" / "tox21.csv")
+
+
+def cases(out: Path) -> dict[str, dict[str, list[str]]]:
+    """benchmark -> engine -> argv; every engine does the same work on the same file."""
+    tox = tox21_csv()
+    m6 = str(dataset(1_000_000))
+    ev = ",".join(EVIDENCE)
+    peers = HERE / "peers"
+    return {
+        "whole:version": {"dcaudit-cli": [DCAUDIT, "--version"]},
+        "whole:tox21_audit": {
+            "dcaudit-cli": [DCAUDIT, "audit", tox, "--id", "mol_id", "--evidence", TOX21_NR, "--claim", '"SR-p53" = 1',
+                            "--out", str(out / "d"), "--force"],
+            "pandas-script": [PY, str(peers / "audit_pandas.py"), tox, "--id", "mol_id", "--evidence", TOX21_NR,
+                              "--claim-column", "SR-p53", "--out", str(out / "p")],
+            "polars-script": [PY, str(peers / "audit_polars.py"), tox, "--id", "mol_id", "--evidence", TOX21_NR,
+                              "--claim-column", "SR-p53", "--out", str(out / "l")]},
+        "whole:tox21_replay:100": {
+            "dcaudit-cli": [DCAUDIT, "replay", tox, "--id", "mol_id", "--evidence", TOX21_NR, "--claim", '"SR-p53" = 1',
+                            "--seeds", "100", "--min-support", "50", "--out", str(out / "dr"), "--force"],
+            "pandas-script": [PY, str(peers / "replay_pandas.py"), tox, "--evidence", TOX21_NR, "--claim-column",
+                              "SR-p53", "--seeds", "100", "--min-support", "50"],
+            "polars-script": [PY, str(peers / "replay_polars.py"), tox, "--evidence", TOX21_NR, "--claim-column",
+                              "SR-p53", "--seeds", "100", "--min-support", "50"]},
+        "whole:audit_exact_1e6": {
+            "dcaudit-cli": [DCAUDIT, "audit", m6, "--id", "candidate_id", "--evidence", ev, "--claim", "y = 1",
+                            "--out", str(out / "de"), "--force"],
+            "pandas-script": [PY, str(peers / "audit_pandas.py"), m6, "--id", "candidate_id", "--evidence", ev,
+                              "--claim-column", "y", "--out", str(out / "pe")],
+            "polars-script": [PY, str(peers / "audit_polars.py"), m6, "--id", "candidate_id", "--evidence", ev,
+                              "--claim-column", "y", "--out", str(out / "le")]},
+        "whole:audit_quantile20_1e6": {
+            "dcaudit-cli": [DCAUDIT, "audit", m6, "--id", "candidate_id", "--evidence", "x", "--fiber-rule",
+                            "quantile:20", "--claim", "r > 1.0", "--out", str(out / "dq"), "--force"],
+            "pandas-script": [PY, str(peers / "audit_pandas.py"), m6, "--id", "candidate_id", "--evidence", "x",
+                              "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "pq")],
+            "polars-script": [PY, str(peers / "audit_polars.py"), m6, "--id", "candidate_id", "--evidence", "x",
+                              "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "lq")]},
+        "whole:replay:10_1e6": {
+            "dcaudit-cli": [DCAUDIT, "replay", m6, "--id", "candidate_id", "--evidence", ev, "--claim", "y = 1",
+                            "--seeds", "10", "--min-support", "50", "--out", str(out / "dr6"), "--force"],
+            "pandas-script": [PY, str(peers / "replay_pandas.py"), m6, "--evidence", ev, "--claim-column", "y",
+                              "--seeds", "10", "--min-support", "50"],
+            "polars-script": [PY, str(peers / "replay_polars.py"), m6, "--evidence", ev, "--claim-column", "y",
+                              "--seeds", "10", "--min-support", "50"]},
+    }
+
+
+def timed(argv: list[str], env: dict) -> dict:
+    out = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv} failed:\n{out.stderr[-2000:]}")
+    err = out.stderr
+
+    def field(name: str) -> str:
+        return re.search(rf"{re.escape(name)}: (.*)", err).group(1).strip()  # type: ignore[union-attr]
+
+    wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")
+    seconds = sum(float(part) * 60 ** i for i, part in enumerate(reversed(wall)))
+    cpu = float(field("User time (seconds)")) + float(field("System time (seconds)"))
+    return {"seconds": seconds, "cpu": cpu, "rss": int(field("Maximum resident set size (kbytes)")) / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="comma-separated benchmark names (without the whole: prefix)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command; the fastest (by CPU) is kept")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env.setdefault("DCAUDIT_HOME", str(Path(tmp) / "home"))
+        table = cases(Path(tmp))
+        only = {f"whole:{b}" for b in args.only.split(",")} if args.only else set(table)
+        for bench, engines in table.items():
+            if bench not in only:
+                continue
+            results = {}
+            for engine, argv in engines.items():
+                subprocess.run(argv, capture_output=True, env=env)  # warm: byte-code and page cache
+                load = os.getloadavg()[0]
+                runs = [timed(argv, env) for _ in range(args.repeat)]
+                best = min(runs, key=lambda r: r["cpu"])
+                results[engine] = best | {"load": load, "argv": argv}
+            base = results.get("pandas-script")
+            for engine, r in results.items():
+                ratio = base["seconds"] / r["seconds"] if base and engine != "pandas-script" else None
+                cpu_ratio = base["cpu"] / r["cpu"] if base and engine != "pandas-script" else None
+                rows.append({"benchmark": bench, "engine": engine, "n_rows": None, "seconds": r["seconds"],
+                             "peak_rss_mb": r["rss"], "ratio_vs_pandas": ratio, "load_avg": r["load"],
+                             "settings": json.dumps({"cpu_seconds": r["cpu"], "cpu_ratio_vs_pandas": cpu_ratio,
+                                                     "repeat": args.repeat,
+                                                     "command": " ".join(Path(a).name if "/" in a else a
+                                                                         for a in r["argv"])})})
+                print(f"{bench:28s} {engine:14s} wall {r['seconds']:6.2f}s  cpu {r['cpu']:6.2f}s  "
+                      f"rss {r['rss']:6.0f} MB" + (f"  pandas/this: wall {ratio:4.1f}x cpu {cpu_ratio:4.1f}x"
+                                                  if ratio else "") + f"  load {r['load']:.1f}", flush=True)
+    if not args.no_record:
+        from results_table import append_results
+
+        print(f"appended {len(rows)} rows to {append_results(rows)}")
+
+
+if __name__ == "__main__":
+    main()
