@@ -400,12 +400,16 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
     copies disagree on the claim). Returns None when every id is unique."""
     label = label_of(relation)
     q = quote_identifier(id_column)
-    nulls = con.execute(f"SELECT count(*) FILTER (WHERE {q} IS NULL OR trim(CAST({q} AS VARCHAR)) = ''), "
+    # Only a text id can be blank: for numbers the text cast and trim per row (a third of a small
+    # audit's time at 1e6 candidates) cannot find anything
+    kind = value_kind(column_types(con, relation).get(id_column, ""))
+    empty = f"{q} IS NULL" if kind in ("int", "float", "bool") else f"{q} IS NULL OR trim(CAST({q} AS VARCHAR)) = ''"
+    nulls = con.execute(f"SELECT count(*) FILTER (WHERE {empty}), "
                         f"count(*) - count(DISTINCT {q}) - (count(*) - count({q})) FROM {relation}").fetchall()[0]
     n_null, n_repeat = int(nulls[0]), int(nulls[1] or 0)
     if n_null:
         rows = [r[0] for r in con.execute(
-            f"SELECT {ROW} FROM {relation} WHERE {q} IS NULL OR trim(CAST({q} AS VARCHAR)) = '' "
+            f"SELECT {ROW} FROM {relation} WHERE {empty} "
             f"ORDER BY 1 LIMIT 5").fetchall()] if ROW in _columns(con, relation) else []
         where = f" (rows {', '.join(map(str, rows))}{', …' if n_null > len(rows) else ''})" if rows else ""
         raise InputError(f"{n_null} candidate(s) have an empty id{where}; every candidate needs one",

@@ -44,6 +44,8 @@ def excluded_line(candidates: pa.Table | None) -> str | None:
         return None
     import pyarrow.compute as pc
 
+    # only the columns read here: filtering the whole candidates table copies every column (~0.7 s at 1e6)
+    candidates = candidates.select([c for c in ("audit_id", "model", "excluded_reason") if c in candidates.column_names])
     audits = candidates.column("audit_id").unique().to_pylist() if "audit_id" in candidates.column_names else [None]
     parts = []
     for audit in audits:

@@ -1,0 +1,61 @@
+"""Render the README's Performance tables from bench/results/latest.parquet (the latest run of every
+benchmark × size × engine): dcaudit next to pandas and polars, wall (CPU) seconds, peak RSS, ratios.
+
+    .venv/bin/python bench/readme_table.py            # prints Markdown; paste into README.md
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.parquet"
+OURS = ("duckdb", "dcaudit-cli")
+PEERS = ("pandas", "pandas-script", "polars", "polars-script")
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    cpu = json.loads(row["settings"] or "{}").get("cpu_seconds")
+    cpu_text = f" ({cpu:.2f} CPU)" if cpu is not None else ""
+    return f"{row['seconds']:.2f} s{cpu_text}, {row['peak_rss_mb']:.0f} MB"
+
+
+def _ratio(ours: dict | None, peer: dict | None) -> str:
+    if not ours or not peer:
+        return "—"
+    wall = peer["seconds"] / ours["seconds"]
+    a = json.loads(ours["settings"] or "{}").get("cpu_seconds")
+    b = json.loads(peer["settings"] or "{}").get("cpu_seconds")
+    cpu = f" / {b / a:.1f}×" if a and b else ""
+    return f"{wall:.1f}×{cpu}"
+
+
+def main() -> None:
+    import duckdb
+
+    rows = duckdb.sql(f"""
+        SELECT * FROM '{RESULTS}'
+        QUALIFY row_number() OVER (PARTITION BY benchmark, coalesce(n_rows, -1), engine ORDER BY recorded_at DESC) = 1
+        ORDER BY benchmark, n_rows""").to_arrow_table().to_pylist()
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault((r["benchmark"], r["n_rows"]), {})[r["engine"]] = r
+    print("| benchmark | n | dcaudit: wall (CPU), peak RSS | pandas | polars | vs pandas: wall / CPU | "
+          "vs polars: wall / CPU | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (bench, n), engines in by.items():
+        ours = next((engines[e] for e in OURS if e in engines), None)
+        pandas = next((engines[e] for e in ("pandas", "pandas-script") if e in engines), None)
+        polars = next((engines[e] for e in ("polars", "polars-script") if e in engines), None)
+        if ours is None:
+            continue
+        size = f"{n:.0e}".replace("+0", "").replace("+", "") if n else "—"
+        load = max(r["load_avg"] or 0 for r in (ours, pandas, polars) if r)
+        print(f"| {bench} | {size} | {_cell(ours)} | {_cell(pandas)} | {_cell(polars)} | {_ratio(ours, pandas)} | "
+              f"{_ratio(ours, polars)} | {load:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
