@@ -43,8 +43,8 @@ def main() -> None:
     for r in rows:
         by.setdefault((r["benchmark"], r["n_rows"]), {})[r["engine"]] = r
     print("| benchmark | n | dcaudit: wall (CPU), peak RSS | pandas | polars | vs pandas: wall / CPU | "
-          "vs polars: wall / CPU | load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "vs polars: wall / CPU | load | recorded |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for (bench, n), engines in by.items():
         ours = next((engines[e] for e in OURS if e in engines), None)
         pandas = next((engines[e] for e in ("pandas", "pandas-script") if e in engines), None)
@@ -52,9 +52,10 @@ def main() -> None:
         if ours is None:
             continue
         size = f"{n:.0e}".replace("+0", "").replace("+", "") if n else "—"
-        load = max(r["load_avg"] or 0 for r in (ours, pandas, polars) if r)
+        loads = [r["load_avg"] for r in (ours, pandas, polars) if r and r["load_avg"] is not None]
+        load = f"{max(loads):.1f}" if loads else "—"
         print(f"| {bench} | {size} | {_cell(ours)} | {_cell(pandas)} | {_cell(polars)} | {_ratio(ours, pandas)} | "
-              f"{_ratio(ours, polars)} | {load:.1f} |")
+              f"{_ratio(ours, polars)} | {load} | {ours['recorded_at']:%Y-%m-%d} |")
 
 
 if __name__ == "__main__":
