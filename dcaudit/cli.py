@@ -605,6 +605,10 @@ def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: 
     click.echo(f"evidence package -> {result.run_dir}")
 
 
+from dcaudit.cli_catalog import catalog as _catalog_group  # noqa: E402, I001
+cli.add_command(_catalog_group)
+
+
 def main() -> None:
     cli(prog_name="dcaudit")
 
