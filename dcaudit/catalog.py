@@ -402,6 +402,7 @@ class Catalog:
     def _write_catalog(self, target: Path, rows: list[dict], schemas: _TableFiles, served: set[Path],
                        fingerprint: str, report: BuildReport) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(target, self.records_dir)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
             # Stored in a format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
@@ -726,6 +727,8 @@ class _VerifyCache:
         stat = self._stat.pop(key, None) or self._key(path)[1]
         self.hashed += 1
         entry = self.entries.setdefault(key, {})
+        if entry.get("stat") != list(stat):
+            entry.clear()        # whatever else was known (the schema) was about the old bytes
         entry.update(stat=list(stat), sha256=digest, ok=ok)
         self.dirty = True
 
@@ -877,6 +880,20 @@ def _record(**values: object) -> dict:
     record["host"] = values.get("host", socket.gethostname())
     record["record_version"] = 1
     return record
+
+
+def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
+    """What killed processes left: half-built catalogs (we hold the build lock, so any other is stale) and
+    record temporaries of processes that no longer exist."""
+    for leftover in target.parent.glob(f".{target.name}.*.tmp*"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    with contextlib.suppress(OSError):
+        for leftover in records_dir.glob(".*.json.*.tmp"):
+            pid = leftover.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
 
 def _alive(pid: object) -> bool:
