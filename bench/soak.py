@@ -68,7 +68,7 @@ while not os.path.exists(stop):
         except Exception as exc:
             errors += 1
             messages.append(f"{type(exc).__name__}: {exc}"[:300])
-    time.sleep(0.1)
+    time.sleep(0.2)
 json.dump({"mode": mode, "queries": queries, "errors": errors, "messages": messages[:20]}, open(out, "w"))
 """
 

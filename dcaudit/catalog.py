@@ -508,6 +508,8 @@ class Catalog:
         """A read-only connection to a catalog that matches the records (rebuilt first when it does not)."""
         reason = None
         if not self.path.exists():
+            if not self.records() and not any(self.settings.runs_dir.glob("*/manifest.json")):
+                raise DcauditError(f"no runs in {self.home} yet: run an audit first (e.g. `dcaudit run tox21`)")
             reason = "missing"
         else:
             try:
