@@ -222,6 +222,47 @@ def soak(home: Path, *, runs: int = 48, n_specs: int = 4, rows: int = 2000, kill
     }
 
 
+def refresh_figures(home: Path, packages: int, seed: int = 13) -> dict:
+    """Catalog build time at ``packages`` packages: cold (no verification cache), warm (cache valid), the
+    no-op check a reading command makes when nothing changed, and one query through Catalog.query."""
+    sys.path.insert(0, str(ROOT))
+    from dcaudit.catalog import Catalog
+    from dcaudit.config import Settings
+    from dcaudit.storage import write_package
+
+    rng = np.random.default_rng(seed)
+    settings = Settings(home, None, "2GB", 1, True)
+    catalog = Catalog(settings, notify=lambda m: None)
+    n = 2000
+    import pyarrow as pa
+
+    for i in range(packages):
+        run_id = f"refresh-{i:05d}"
+        fibers = pa.table({"source": ["g"] * 6, "audit_id": ["a"] * 6, "fiber_key": list(range(6)),
+                           "n": rng.integers(1, 500, 6), "n_true": rng.integers(0, 2, 6), "status": ["ambiguous"] * 6})
+        summary = pa.table({"source": ["g"], "audit_id": ["a"], "claim": ["y = 1"], "min_support": [1 + i % 5],
+                            "n_candidates": [n], "certified_fraction": [float(rng.random())]})
+        candidates = pa.table({"candidate_id": [f"c{j}" for j in range(n)], "fiber_key": rng.integers(0, 6, n),
+                               "status": ["ambiguous"] * n})
+        catalog.start_run(run_id, spec=f"g{i % 4}", spec_hash="x", input_hashes={}, package_version="0",
+                          git_sha=None, run_dir=settings.runs_dir / run_id)
+        write_package(settings.runs_dir / run_id, run_id, {"summary": summary, "fibers": fibers,
+                                                            "candidates": candidates}, {"spec": f"g{i % 4}"})
+        catalog.finish_run(run_id, status="succeeded", seconds=0.0, refresh=False)
+    cold = catalog.rebuild()
+    warm = catalog.rebuild()
+    started = time.monotonic()
+    assert catalog.refresh() is None
+    noop = time.monotonic() - started
+    started = time.monotonic()
+    count = catalog.query("SELECT count(*) AS n FROM summary").to_pylist()[0]["n"]
+    query = time.monotonic() - started
+    assert count == packages and not cold.left_out
+    return {"packages": packages, "rebuild_cold_seconds": cold.seconds, "files_hashed_cold": cold.hashed,
+            "rebuild_warm_seconds": warm.seconds, "files_hashed_warm": warm.hashed,
+            "noop_check_seconds": round(noop, 3), "query_seconds": round(query, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=48)
@@ -230,13 +271,18 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=0.25, help="share of runs killed at a random moment")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--max-seconds", type=float, default=1800)
+    parser.add_argument("--refresh-packages", type=int, default=500,
+                        help="also time catalog builds over this many generated packages (0: skip)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--no-record", action="store_true", help="do not append to bench/results/latest.parquet")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="dcaudit-soak-") as tmp:
         figures = soak(Path(tmp) / "home", runs=args.runs, n_specs=args.specs, rows=args.rows,
-                       kill_every=args.kill_every, seed=args.seed, max_seconds=args.max_seconds)
+                       kill_every=args.kill_every, seed=args.seed, max_seconds=args.max_seconds) if args.runs else {}
+        refresh = refresh_figures(Path(tmp) / "refresh-home", args.refresh_packages) if args.refresh_packages else {}
+    if refresh:
+        figures["refresh_at_scale"] = refresh
     if args.json:
         print(json.dumps(figures, indent=1))
     else:
@@ -244,18 +290,24 @@ def main() -> None:
             print(f"{key:28s} {value}")
     if not args.no_record:
         sys.path.insert(0, str(ROOT / "bench"))
-        from results_table import append_results, machine  # noqa: F401
+        from results_table import append_results
 
-        settings = json.dumps({k: v for k, v in figures.items() if k != "seconds"}, default=str)
-        append_results([
-            {"benchmark": "soak", "engine": "duckdb", "n_rows": figures["runs"], "seconds": figures["seconds"],
-             "load_avg": load, "settings": settings},
-            {"benchmark": "catalog_refresh", "engine": "duckdb", "n_rows": figures["packages"],
-             "seconds": figures["refresh_seconds_warm"], "load_avg": load,
-             "settings": json.dumps({"packages": figures["packages"], "runs": figures["runs"],
-                                     "after_full_check_seconds": figures["refresh_seconds_after_check"]})},
-        ])
-    sys.exit(1 if figures["problems"] else 0)
+        rows = []
+        if "runs" in figures:
+            settings = json.dumps({k: v for k, v in figures.items() if k not in ("seconds", "refresh_at_scale")},
+                                  default=str)
+            rows += [{"benchmark": "soak", "engine": "duckdb", "n_rows": figures["runs"],
+                      "seconds": figures["seconds"], "load_avg": load, "settings": settings},
+                     {"benchmark": "catalog_refresh:warm", "engine": "duckdb", "n_rows": figures["packages"],
+                      "seconds": figures["refresh_seconds_warm"], "load_avg": load,
+                      "settings": json.dumps({"after_full_check_seconds": figures["refresh_seconds_after_check"]})}]
+        if refresh:
+            for kind in ("cold", "warm"):
+                rows.append({"benchmark": f"catalog_refresh:{kind}", "engine": "duckdb", "n_rows": refresh["packages"],
+                             "seconds": refresh[f"rebuild_{kind}_seconds"], "load_avg": load,
+                             "settings": json.dumps(refresh)})
+        append_results(rows)
+    sys.exit(1 if figures.get("problems") else 0)
 
 
 if __name__ == "__main__":

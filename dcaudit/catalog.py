@@ -164,7 +164,11 @@ class Catalog:
         if not stored:
             return self.home
         path = Path(stored)
-        return path if path.is_absolute() else self.home / path
+        if not path.is_absolute():
+            return self.home / path
+        if not path.exists() and path.parent.name == "runs" and (self.settings.runs_dir / path.name).is_dir():
+            return self.settings.runs_dir / path.name   # an absolute path from an older catalog, in a copy
+        return path
 
     def _write_record(self, record: dict) -> None:
         write_json_atomic(self._record_path(record["run_id"]), record)
@@ -324,10 +328,11 @@ class Catalog:
         try:
             with file_lock(self.lock_path, wait=120.0):
                 # someone else may have built it while we waited for the lock
-                if not force and self._current_fingerprint_of(self.path) == fingerprint:
+                existing = self._current_fingerprint_of(self.path)
+                if not force and existing == fingerprint:
                     return None
                 fingerprint = self.fingerprint()
-                report = self._build(self.path, fingerprint)
+                report = self._build(self.path, fingerprint, legacy=existing is None and self.path.exists())
         except OSError as exc:
             if not (fallback and exc.errno in _WRITE_DENIED):
                 raise
@@ -341,10 +346,10 @@ class Catalog:
                                    f"({report.packages} package(s) in the views)")
         return report
 
-    def _build(self, target: Path, fingerprint: str, *, write_back: bool = True) -> BuildReport:
+    def _build(self, target: Path, fingerprint: str, *, write_back: bool = True, legacy: bool = False) -> BuildReport:
         started = time.monotonic()
         report = BuildReport(path=target)
-        if write_back:
+        if write_back and legacy:
             self._import_legacy_catalog(report)
         records, bad = self._load_records()
         report.notes += bad
@@ -438,8 +443,6 @@ class Catalog:
 
     def _import_legacy_catalog(self, report: BuildReport) -> None:
         """A catalog.duckdb written before run records existed: its runs table becomes records, once."""
-        if not self.path.exists() or self._current_fingerprint_of(self.path) is not None:
-            return
         try:
             con = duckdb.connect(str(self.path), read_only=True)
         except duckdb.Error:
