@@ -142,7 +142,13 @@ def soak(home: Path, *, runs: int = 48, n_specs: int = 4, rows: int = 2000, kill
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         killed = None
         if rng.random() < kill_every:
-            time.sleep(rng.uniform(0.3, 3.0))
+            if rng.random() < 0.25:     # early: while the process starts or takes the lock
+                time.sleep(rng.uniform(0.2, 2.0))
+            else:                       # mid-run: once its record says running, at a random moment after
+                deadline = time.monotonic() + 120
+                while proc.poll() is None and not (record_ids(home) - before) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.0, 1.5))
             if proc.poll() is None:
                 killed = signal.SIGKILL if rng.random() < 0.7 else signal.SIGTERM
                 proc.send_signal(killed)
@@ -218,6 +224,8 @@ def soak(home: Path, *, runs: int = 48, n_specs: int = 4, rows: int = 2000, kill
         "reader_queries": sum(f["queries"] for f in reader_figures),
         "reader_errors": sum(f["errors"] for f in reader_figures),
         "refresh_seconds_warm": warm.seconds, "refresh_seconds_after_check": cold.seconds,
+        "kills_recorded_failed": sum(1 for r, allowed in expected.items() if "failed" in allowed
+                                     and rows_.get(r, {}).get("status") == "failed"),
         "seconds": round(time.monotonic() - started, 1), "problems": problems,
     }
 

@@ -528,10 +528,11 @@ class Catalog:
                     self._note_left_out(con)
                     return con
                 con.close()
-        report = self._refresh(force=True, reason=reason)
-        for note in report.notes:
+        # out of date: rebuilt unless another process did it while we waited for the build lock
+        report = self._refresh(force=reason is not None, reason=reason)
+        for note in report.notes if report else ():
             self.notify(note)
-        con = duckdb.connect(str(report.path), read_only=True)
+        con = duckdb.connect(str(report.path if report else self.path), read_only=True)
         self._note_left_out(con)
         return con
 
