@@ -336,14 +336,18 @@ class Catalog:
         except OSError as exc:
             if not (fallback and exc.errno in _WRITE_DENIED):
                 raise
-            # read-only workspace: build a private catalog for this process
-            self._temp_dir = Path(tempfile.mkdtemp(prefix="dcaudit-catalog-"))
-            report = self._build(self._temp_dir / "catalog.duckdb", fingerprint, write_back=False)
-            report.notes.insert(0, f"DCAUDIT_HOME ({self.home}) is not writable; the catalog was built in "
-                                   f"{report.path} for this command")
+            report = self._private_build(fingerprint, f"DCAUDIT_HOME ({self.home}) is not writable")
         if reason:
             report.notes.insert(0, f"catalog.duckdb was {reason}; rebuilt it from {report.runs} run record(s) "
                                    f"({report.packages} package(s) in the views)")
+        return report
+
+    def _private_build(self, fingerprint: str, why: str) -> BuildReport:
+        """A catalog in a temporary directory, for this process only (the workspace cannot take one)."""
+        self.close()
+        self._temp_dir = Path(tempfile.mkdtemp(prefix="dcaudit-catalog-"))
+        report = self._build(self._temp_dir / "catalog.duckdb", fingerprint, write_back=False)
+        report.notes.insert(0, f"{why}; the catalog was built in {report.path} for this command")
         return report
 
     def _build(self, target: Path, fingerprint: str, *, write_back: bool = True, legacy: bool = False) -> BuildReport:
@@ -529,7 +533,18 @@ class Catalog:
                     return con
                 con.close()
         # out of date: rebuilt unless another process did it while we waited for the build lock
-        report = self._refresh(force=reason is not None, reason=reason)
+        try:
+            report = self._refresh(force=reason is not None, reason=reason)
+        except (OSError, duckdb.Error) as exc:   # e.g. a full disk: build privately, else serve the last one
+            why = f"catalog.duckdb could not be rebuilt ({_one_line(exc)})"
+            try:
+                report = self._private_build(self.fingerprint(), why)
+            except (OSError, duckdb.Error):
+                if reason is not None:
+                    raise DcauditError(f"{why}, and no usable catalog exists: free space in {self.home} or "
+                                       "make it writable, then run `dcaudit catalog rebuild`") from None
+                self.notify(f"{why}; answering from the catalog as last built (it may miss the latest runs)")
+                report = None
         for note in report.notes if report else ():
             self.notify(note)
         con = duckdb.connect(str(report.path if report else self.path), read_only=True)
