@@ -23,9 +23,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_windows
+from dcaudit.claims import Claim, check_columns, quote_identifier
 from dcaudit.errors import SpecError
 
 METRICS = {"mae": "avg(abs({x} - {r}))", "rmse": "sqrt(avg(({x} - {r}) ^ 2))"}

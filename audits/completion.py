@@ -14,6 +14,12 @@ probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``d
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
 (``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
 it uses test labels, so ``deployable`` is false). response_rank and oracle break ties by ``tie_break``.
+``cost_gain`` (run when named, or by the spec stage when probes have prices) adds the probe with the
+largest calibration certified gain per unit cost (``costs``: a price per probe; the cheaper probe on
+ties). Every row carries ``cumulative_cost`` (the prices of the probes added so far; the number of
+probes when no prices are given); with a ``budget`` the result holds the budgeted plan — cost_gain's
+modal probe order over seeds, frozen on calibration, cut before it exceeds the budget — and
+``within_budget`` marks the rows whose cumulative cost fits.
 
 Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
@@ -39,17 +45,24 @@ child straight into fiber sums, and builds pattern rows only for the children th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, parse_claim
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
+from dcaudit.claims import Claim, check_columns, parse_claim
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import duckdb_message, label_of
 
-POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")
+POLICIES = defaults.COMPLETION_POLICIES
+# cost_gain (largest calibration certified gain per unit cost) runs when named, or in a spec whose probes
+# have prices; POLICIES are the ones run when none are named.
+ALL_POLICIES = (*POLICIES, "cost_gain")
+DEFAULT_POLICIES = POLICIES
 REFINEMENTS = ("mixed", "full")
 # How response_rank and oracle choose among probes with equal scores (common on small data: most
 # probes leave the calibration certified fraction unchanged): "entropy" prefers the probe that leaves
@@ -57,7 +70,7 @@ REFINEMENTS = ("mixed", "full")
 # claim), then the probe listed first; "first" / "last" take the first / last probe as listed.
 TIE_BREAKS = ("entropy", "first", "last")
 # Policies whose choice needs the refined fibers of every candidate probe (scored after refining).
-_FIBER_SCORED = ("response_rank", "oracle")
+_FIBER_SCORED = ("response_rank", "oracle", "cost_gain")
 _SPLIT_BUCKETS = 1_000_000
 _counter = itertools.count()
 # Key parts of these types are coded as value - min (one aggregate pass) when their range is small.
@@ -91,15 +104,17 @@ class CompletionConfig:
     """What to run; validated on construction."""
 
     probes: tuple[str, ...]
-    seeds: int = 100
-    calibration_fraction: float = 0.5
-    min_support: int = 1
-    policies: tuple[str, ...] = POLICIES
-    random_draws: int = 100
-    seed_offset: int = 0
+    seeds: int = defaults.COMPLETION_SEEDS
+    calibration_fraction: float = defaults.CALIBRATION_FRACTION
+    min_support: int = defaults.COMPLETION_MIN_SUPPORT
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    random_draws: int = defaults.RANDOM_DRAWS
+    seed_offset: int = defaults.SEED_OFFSET
     steps: int | None = None          # default: every probe
-    refinement: str = "mixed"
-    tie_break: str = "entropy"
+    refinement: str = defaults.REFINEMENT
+    tie_break: str = defaults.TIE_BREAK
+    costs: tuple[tuple[str, float], ...] = ()  # (probe, price) pairs; unnamed probes cost 1 when empty
+    budget: float | None = None                # the budgeted plan stops before its cumulative cost exceeds this
 
     def __post_init__(self) -> None:
         if not self.probes:
@@ -114,9 +129,9 @@ class CompletionConfig:
             raise SpecError(f"completion: calibration_fraction must be in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
             raise SpecError(f"completion: min_support must be >= 1, got {self.min_support}")
-        unknown = [p for p in self.policies if p not in POLICIES]
+        unknown = [p for p in self.policies if p not in ALL_POLICIES]
         if unknown or not self.policies:
-            raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(POLICIES)}")
+            raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(ALL_POLICIES)}")
         if self.random_draws < 1:
             raise SpecError(f"completion: random_draws must be >= 1, got {self.random_draws}")
         if self.refinement not in REFINEMENTS:
@@ -125,6 +140,22 @@ class CompletionConfig:
             raise SpecError(f"completion: tie_break = {self.tie_break!r}; use {', '.join(TIE_BREAKS)}")
         if self.steps is not None and not 1 <= self.steps <= len(self.probes):
             raise SpecError(f"completion: steps must be between 1 and {len(self.probes)} (the number of probes)")
+        priced = dict(self.costs)
+        unknown_probes = [p for p in priced if p not in self.probes]
+        if unknown_probes:
+            raise SpecError(f"completion: costs name {unknown_probes}, which are not probes ({', '.join(self.probes)})")
+        if priced and set(priced) != set(self.probes):
+            raise SpecError(f"completion: costs must price every probe; missing "
+                            f"{[p for p in self.probes if p not in priced]}")
+        bad = [f"{p} = {c!r}" for p, c in priced.items() if not (isinstance(c, int | float) and c > 0
+                                                                and c < float("inf"))]
+        if bad:
+            raise SpecError(f"completion: a probe's cost must be a positive number; got {', '.join(bad)}")
+        if self.budget is not None and not (self.budget >= 0 and self.budget < float("inf")):
+            raise SpecError(f"completion: budget must be a non-negative number, got {self.budget!r}")
+
+    def cost_of(self, probe: str) -> float:
+        return float(dict(self.costs).get(probe, 1.0))
 
     @property
     def n_steps(self) -> int:
@@ -139,6 +170,11 @@ class CompletionResult:
     n_candidates: int                     # complete cases over evidence + probes + claim
     n_excluded: int
     notes: list[str] = field(default_factory=list)
+    # cost_gain's modal first choice (largest calibration certified gain per unit cost), when it ran
+    recommended_by_cost: str | None = None
+    # the budgeted plan: cost_gain's modal probe per step with its cumulative cost, while within budget
+    plan: tuple[tuple[str, float], ...] = ()
+    plan_certified_fraction: float | None = None  # held-out certified fraction at the end of the plan (mean)
 
 
 def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
@@ -204,7 +240,8 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     try:
         con.execute(f"CREATE TEMP TABLE {t}ev AS {ev_sql}")
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=label_of(relation)) from None
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())
     # Integer-typed key parts (binary flags, bin numbers) are coded as value - min: one aggregate
     # pass instead of a full sort per column (dense_rank); other types fall back to dense_rank.
@@ -271,9 +308,10 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
         raise InputError(f"seed {short[0][0]}: the {n_cand} complete cases give {short[0][1]} calibration and "
                          f"{short[0][2]} test candidates; both splits need candidates", file=relation)
     # pw = radix ** q: probe q's code in vb is (vb // pw) % radix.
-    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0})" for j, p in enumerate(config.probes))
-    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw "
-                f"FROM (VALUES {names}) v(q, probe, pw)")
+    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0}, {config.cost_of(p)!r})"
+                      for j, p in enumerate(config.probes))
+    con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw, "
+                f"CAST(cost AS DOUBLE) AS cost FROM (VALUES {names}) v(q, probe, pw, cost)")
     mixed = config.refinement == "mixed"
     ms = int(config.min_support)
 
@@ -339,8 +377,53 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if n_excluded:
         notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
                      f"(complete cases: {n_cand})")
+    by_cost, plan, plan_cert = _cost_plan(con, table, config, notes)
     return CompletionResult(table, rec[0]["probe_added"] if rec else None,
-                            rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes)
+                            rec[0]["probe_added_share"] if rec else None, n_cand, n_excluded, notes,
+                            by_cost, plan, plan_cert)
+
+
+def _cost_plan(con: duckdb.DuckDBPyConnection, table: pa.Table, config: CompletionConfig,
+               notes: list[str]) -> tuple[str | None, tuple[tuple[str, float], ...], float | None]:
+    """cost_gain's recommendation and budgeted plan, frozen on calibration: the modal probe order over seeds,
+    cut where its cumulative cost would exceed the budget; and the mean held-out certified fraction each
+    seed's own frozen plan reaches within the budget."""
+    if "cost_gain" not in config.policies:
+        return None, (), None
+    name = f"_cmp_plan{next(_counter)}"
+    con.register(name, table)
+    try:
+        seq = con.execute(f"""
+            WITH s AS (SELECT seed, string_agg(probe_added, chr(31) ORDER BY step) AS order_
+                       FROM {name} WHERE policy = 'cost_gain' AND seed IS NOT NULL AND step > 0 GROUP BY seed)
+            SELECT order_, count(*) AS k FROM s GROUP BY order_ ORDER BY k DESC, order_ LIMIT 1""").fetchall()
+        first = con.execute(f"""SELECT probe_added, probe_added_share FROM {name}
+                                WHERE policy = 'cost_gain' AND seed IS NULL AND step = 1""").fetchall()
+        plan_cert = None
+        if config.budget is not None:
+            plan_cert = con.execute(f"""
+                SELECT avg(c) FROM (SELECT seed, arg_max(certified_fraction, step) AS c FROM {name}
+                                    WHERE policy = 'cost_gain' AND seed IS NOT NULL AND within_budget GROUP BY seed)
+                """).fetchall()[0][0]
+    finally:
+        con.unregister(name)
+    order = seq[0][0].split(chr(31)) if seq else []
+    plan, total = [], 0.0
+    for probe in order:  # at most 62 probes
+        total += config.cost_of(probe)
+        if config.budget is not None and total > config.budget + 1e-12:
+            break
+        plan.append((probe, total))
+    rec = first[0][0] if first else None
+    if rec is not None:
+        notes.append(f"completion: recommended next probe by certified gain per unit cost {rec} (cost "
+                     f"{config.cost_of(rec):g}; cost_gain's first choice in {100 * first[0][1]:.0f}% of "
+                     f"{config.seeds} seeds)")
+    if config.budget is not None:
+        shown = ", ".join(f"{p} (cumulative {c:g})" for p, c in plan) or "no probe"
+        notes.append(f"completion: budgeted plan within {config.budget:g}: {shown}; held-out certified fraction "
+                     f"at the end of each seed's frozen plan {100 * (plan_cert or 0):.2f}% (mean)")
+    return rec, tuple(plan), plan_cert
 
 
 def _fiber_sums(rows: str) -> str:
@@ -457,9 +540,12 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
             SELECT k.policy, k.seed, k.draw,
                    CASE WHEN k.policy = 'oracle'
                         THEN first(p.q ORDER BY s.test_cert - s.test_false DESC, s.test_false, {tie})
+                        WHEN k.policy = 'cost_gain'  -- calibration certified gain per unit cost, cheaper on ties
+                        THEN first(p.q ORDER BY (s.cal_cert - par.cal_cert) / p.cost DESC, p.cost, {tie})
                         ELSE first(p.q ORDER BY s.cal_cert DESC, {tie}) END AS q
             {unused} JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = p.q
             JOIN {t}nst s ON s.seed = k.seed AND s.node = r.child
+            JOIN {t}nst par ON par.seed = k.seed AND par.node = k.node
             WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
     # 5. Advance every track; remember its node; keep the active candidates of the nodes reached.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}tracks AS
@@ -482,10 +568,14 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
             f"{_lit(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
             f"{float(config.calibration_fraction)!r} AS calibration_fraction, "
             f"{_lit(config.refinement)} AS refinement, {_lit(config.tie_break)} AS tie_break")
-    order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(POLICIES)) + " END"
+    order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(ALL_POLICIES)) + " END"
+    within = ("NULL::BOOLEAN" if config.budget is None
+              else f"cumulative_cost <= {float(config.budget)!r} + 1e-12")
     return con.sql(f"""
         WITH x AS (
           SELECT j.policy, j.seed, j.draw, j.step, p.probe,
+                 sum(coalesce(p.cost, 0.0)) OVER (PARTITION BY j.policy, j.seed, j.draw ORDER BY j.step)
+                   AS cumulative_cost,
                  s.test_cert / n.n_test AS certified_fraction,
                  s.test_false / n.n_test AS false_decision_rate,
                  s.cal_cert / n.n_cal AS calibration_certified_fraction,
@@ -497,7 +587,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
           SELECT policy, step, seed, count(*) AS n_draws,
                  avg(certified_fraction) AS certified_fraction, avg(false_decision_rate) AS false_decision_rate,
                  avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
+                 avg(cumulative_cost) AS cumulative_cost
           FROM x GROUP BY policy, step, seed),
         seed_probe AS (SELECT policy, step, seed, probe, count(*) AS k FROM x GROUP BY ALL),
         seed_mode AS (SELECT policy, step, seed, first(probe ORDER BY k DESC, probe) AS probe_added,
@@ -514,7 +605,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
                  quantile_cont(false_decision_rate, 0.1) AS false_decision_rate_p10,
                  quantile_cont(false_decision_rate, 0.9) AS false_decision_rate_p90,
                  avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test
+                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
+                 avg(cumulative_cost) AS cumulative_cost
           FROM x GROUP BY policy, step),
         se AS (  -- standard error of the mean over seeds (random: over per-seed means of the draws)
           SELECT policy, step, stddev_samp(certified_fraction) / sqrt(count(*)) AS certified_fraction_se,
@@ -527,7 +619,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
                false_decision_rate, false_decision_rate_p10, false_decision_rate_p90, false_decision_rate_se,
                calibration_certified_fraction, certified_true_fraction,
                CAST(n_test AS DOUBLE) AS n_test, CAST({n_cand} AS BIGINT) AS n_candidates,
-               CAST({n_excluded} AS BIGINT) AS n_excluded
+               CAST({n_excluded} AS BIGINT) AS n_excluded, cumulative_cost,
+               {within} AS within_budget
         FROM (
           SELECT p.*, NULL::DOUBLE AS certified_fraction_p10, NULL::DOUBLE AS certified_fraction_p90,
                  NULL::DOUBLE AS false_decision_rate_p10, NULL::DOUBLE AS false_decision_rate_p90,
@@ -543,7 +636,31 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
 # --- the pipeline stage -------------------------------------------------------------------------------------------
 
 _SECTION_KEYS = {"audit", "evidence", "claim", "fiber_rule", "table", "probes", "seeds", "calibration_fraction",
-                 "min_support", "policies", "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
+                 "min_support", "policies", "random_draws", "seed_offset", "steps", "refinement", "tie_break",
+                 "costs", "budget"}
+
+
+def parse_costs(value: Any, origin: str = "[completion] costs") -> tuple[tuple[str, float], ...]:
+    """``{probe = price, …}`` (a TOML inline table) or "probe=price,probe=price" (the CLI) -> (probe, price) pairs."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        pairs = []
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            probe, sep, price = part.rpartition("=")
+            if not sep or not probe.strip():
+                raise SpecError(f"{origin}: {part!r} is not probe=price")
+            pairs.append((probe.strip().strip('"'), price))
+        value = dict(pairs)
+    if not isinstance(value, dict):
+        raise SpecError(f"{origin} must map probe names to prices, e.g. {{ \"SR-MMP\" = 2.0 }}")
+    out = []
+    for probe, price in value.items():
+        try:
+            out.append((str(probe), float(price)))
+        except (TypeError, ValueError):
+            raise SpecError(f"{origin}: the price of {probe!r} must be a number, got {price!r}") from None
+    return tuple(out)
 
 
 def _as_list(value: Any, key: str) -> tuple[str, ...]:
@@ -554,21 +671,34 @@ def _as_list(value: Any, key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
-    """Runner stage for a spec's ``[completion]`` section (see :data:`_SECTION_KEYS`).
+@dataclass(frozen=True)
+class CompletionSection:
+    """A spec's ``[completion]`` section, validated: which audit, evidence, claim and config to run."""
+
+    task: Any                   # the dcaudit.spec.AuditTask the section refines
+    evidence: EvidenceMap
+    claim: Claim
+    config: CompletionConfig
+    table: str | None
+
+
+def parse_completion_section(raw: Any, audits: Sequence[Any]) -> CompletionSection:
+    """Validate ``[completion]`` against the spec's audits (``AuditTask`` objects); SpecError on any problem.
 
     ``audit = "<id>"`` takes evidence, claim, fiber rule, table and min_support from that audit
     (default: the spec's first audit); the section's own keys override them.
     """
-    section: dict[str, Any] = dict(ctx.spec.sections.get("completion") or {})
+    if not isinstance(raw, dict):
+        raise SpecError("[completion] must be a table of settings")
+    section: dict[str, Any] = dict(raw)
     bad = set(section) - _SECTION_KEYS
     if bad:
         raise SpecError(f"[completion]: unknown key(s) {sorted(bad)}; allowed: {sorted(_SECTION_KEYS)}")
-    audits = {a.audit_id: a for a in ctx.spec.audits}
+    by_id = {a.audit_id: a for a in audits}
     audit_id = section.get("audit")
-    if audit_id is not None and audit_id not in audits:
-        raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(audits)}")
-    task = audits[audit_id] if audit_id is not None else ctx.spec.audits[0]
+    if audit_id is not None and audit_id not in by_id:
+        raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(by_id)}")
+    task = by_id[audit_id] if audit_id is not None else audits[0]
     if "probes" not in section:
         raise SpecError("[completion] needs probes = [\"column\", …]")
     evidence = task.evidence
@@ -577,21 +707,35 @@ def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
         rule = parse_fiber_rule(section["fiber_rule"]) if "fiber_rule" in section else evidence.rule
         evidence = EvidenceMap(cols, rule, "drop")
     claim = parse_claim(section["claim"]) if "claim" in section else task.claim
-    policies = _as_list(section.get("policies", list(POLICIES)), "policies")
+    costs = parse_costs(section.get("costs"))
+    default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
+    policies = _as_list(section.get("policies", default), "policies")
     steps = section.get("steps")
-    config = CompletionConfig(
-        probes=_as_list(section["probes"], "probes"),
-        seeds=int(section.get("seeds", 100)),
-        calibration_fraction=float(section.get("calibration_fraction", 0.5)),
-        min_support=int(section.get("min_support", task.min_support)),
-        policies=policies,
-        random_draws=int(section.get("random_draws", 100)),
-        seed_offset=int(section.get("seed_offset", 0)),
-        steps=int(steps) if steps is not None else None,
-        refinement=str(section.get("refinement", "mixed")),
-        tie_break=str(section.get("tie_break", "entropy")),
-    )
-    relation = ctx.view_for(section.get("table", task.table))
+    try:
+        config = CompletionConfig(
+            probes=_as_list(section["probes"], "probes"),
+            seeds=int(section.get("seeds", CompletionConfig.seeds)),
+            calibration_fraction=float(section.get("calibration_fraction", CompletionConfig.calibration_fraction)),
+            min_support=int(section.get("min_support", task.min_support)),
+            policies=policies,
+            random_draws=int(section.get("random_draws", CompletionConfig.random_draws)),
+            seed_offset=int(section.get("seed_offset", CompletionConfig.seed_offset)),
+            steps=int(steps) if steps is not None else None,
+            refinement=str(section.get("refinement", CompletionConfig.refinement)),
+            tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
+            costs=costs,
+            budget=float(section["budget"]) if section.get("budget") is not None else None,
+        )
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"[completion]: {exc}") from None
+    return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
+
+
+def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
+    """Runner stage for a spec's ``[completion]`` section (see :func:`parse_completion_section`)."""
+    parsed = parse_completion_section(ctx.spec.sections.get("completion") or {}, ctx.spec.audits)
+    task, evidence, claim, config = parsed.task, parsed.evidence, parsed.claim, parsed.config
+    relation = ctx.view_for(parsed.table)
     result = completion_curves(ctx.con, relation, id_column=ctx.spec.id_column, evidence=evidence, claim=claim,
                                config=config, source=ctx.source, audit_id=task.audit_id)
     ctx.notes.extend(result.notes)

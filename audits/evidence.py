@@ -17,94 +17,38 @@ a value of its own.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import duckdb
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import SpecError
+from dcaudit.evidence_map import EvidenceMap, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
+from dcaudit.inputs import ROW, column_types, guard_nan, label_of, require_numeric
 
-RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
-PARTITION_RULES = ("exact", "quantile", "width")
-WINDOW_RULES = ("knn", "window")
+MAX_QUANTILE_BINS = 100_000  # a bin rule asks for a partition, not a sort order: far more bins are a typo
 
-
-@dataclass(frozen=True)
-class FiberRule:
-    kind: RuleKind
-    param: float | None = None
-
-    def __str__(self) -> str:
-        if self.param is None:
-            return self.kind
-        value = int(self.param) if self.kind in {"quantile", "knn"} else self.param
-        return f"{self.kind}:{value:g}" if isinstance(value, float) else f"{self.kind}:{value}"
-
-    @property
-    def is_window(self) -> bool:
-        return self.kind in WINDOW_RULES
+# Codes of non-finite values in binned key parts (bins are 0 .. K for quantile rules): under
+# missing = "as-value" NaN and ±inf are fibers of their own, never put into the top or bottom bin.
+NAN_CODE_OFFSET, POS_INF_OFFSET, NEG_INF_OFFSET = 1, 2, 3
+_WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF = -(2**63) + 1, 2**63 - 1, -(2**63) + 2
 
 
-def parse_fiber_rule(text: str) -> FiberRule:
-    """``exact``, ``quantile:20``, ``width:0.5``, ``knn:25`` or ``window:0.042``."""
-    kind, _, arg = str(text).strip().lower().partition(":")
-    if kind == "exact" and not arg:
-        return FiberRule("exact")
-    if kind in {"quantile", "knn"}:
-        if not arg.isdigit() or int(arg) < (2 if kind == "quantile" else 1):
-            raise SpecError(f"fiber rule {text!r}: {kind} takes a whole number of "
-                            f"{'bins >= 2' if kind == 'quantile' else 'neighbours >= 1'}, e.g. {kind}:20")
-        return FiberRule(kind, int(arg))  # type: ignore[arg-type]
-    if kind in {"width", "window"}:
-        try:
-            value = float(arg)
-        except ValueError:
-            value = math.nan
-        if not (value > 0 and math.isfinite(value)):
-            raise SpecError(f"fiber rule {text!r}: {kind} takes a positive number, e.g. {kind}:0.5")
-        return FiberRule(kind, value)  # type: ignore[arg-type]
-    raise SpecError(f"unknown fiber rule {text!r}; use exact, quantile:K, width:W, knn:K or window:T")
-
-
-@dataclass(frozen=True)
-class EvidenceMap:
-    """Which columns are the evidence and how they become fiber keys."""
-
-    columns: tuple[str, ...]
-    rule: FiberRule = FiberRule("exact")
-    missing: Literal["drop", "as-value"] = "drop"
-
-    def __post_init__(self) -> None:
-        if not self.columns:
-            raise SpecError("the evidence map names no columns")
-        if len(set(self.columns)) != len(self.columns):
-            raise SpecError(f"evidence columns repeat: {', '.join(self.columns)}")
-        if self.missing not in ("drop", "as-value"):
-            raise SpecError(f"missing = {self.missing!r}: use 'drop' (complete cases) or 'as-value'")
-        if self.rule.is_window and len(self.columns) != 1:
-            raise SpecError(f"fiber rule {self.rule} windows one numeric column; got {len(self.columns)}")
-
-    @property
-    def label(self) -> str:
-        return ",".join(self.columns)
-
-    def refine(self, *extra: str) -> EvidenceMap:
-        """The same map with more evidence columns (a probe added)."""
-        return EvidenceMap(self.columns + tuple(extra), self.rule, self.missing)
-
-
-def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, column: str, k: int,
-                  where: str = "TRUE") -> list[float]:
-    """Interior cut points of ``k`` equal-count bins, deduplicated (ties never straddle a cut)."""
+def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
+                  where: str = "TRUE") -> dict[str, list[float]]:
+    """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
+    (ties never straddle a cut). NaN and ±inf never move a cut. One scan for all columns."""
+    if k > MAX_QUANTILE_BINS:
+        raise SpecError(f"fiber rule quantile:{k} asks for more than {MAX_QUANTILE_BINS} bins; a fiber rule "
+                        "needs far fewer bins than candidates (e.g. quantile:20)")
     probs = ", ".join(f"{i / k!r}" for i in range(1, k))
-    row = con.execute(
-        f"SELECT quantile_cont({quote_identifier(column)}, [{probs}]) FROM {relation} "
-        f"WHERE {quote_identifier(column)} IS NOT NULL AND {where}"
-    ).fetchall()[0][0]
-    return sorted({float(c) for c in row}) if row else []
+    aggs = []
+    for column in columns:
+        x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+        aggs.append(f"quantile_cont({x}, [{probs}]) FILTER (WHERE isfinite({x}))")
+    row = con.execute(f"SELECT {', '.join(aggs)} FROM {relation} WHERE {where}").fetchall()[0]
+    return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
 
 
 def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
@@ -113,13 +57,22 @@ def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
     col = quote(column)
     if rule.kind == "exact":
         return col
+    x = f"CAST({col} AS DOUBLE)"
+    # Portable SQL (DuckDB and Spark): isnan() and comparisons with ±Infinity, no isfinite()
+    pos, neg = "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)"
     if rule.kind == "width":
-        return f"CAST(floor(CAST({col} AS DOUBLE) / {rule.param!r}) AS BIGINT)"
+        return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN {_WIDTH_NAN} "
+                f"WHEN {x} = {pos} THEN {_WIDTH_POS_INF} WHEN {x} = {neg} THEN {_WIDTH_NEG_INF} "
+                f"ELSE CAST(floor({x} / {rule.param!r}) AS BIGINT) END")
     if rule.kind == "quantile":
         # Bin index = number of cut points strictly below the value: bins are (lo, hi]. Found by binary
         # search over the sorted cuts as nested CASEs (log2 K comparisons per value instead of K - 1:
         # ~40 % faster grouping at 20 bins).
-        return f"CASE WHEN {col} IS NULL THEN NULL ELSE {_search_sql(col, sorted(cuts or []), 0, len(cuts or []))} END"
+        k = len(cuts or [])
+        return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN CAST({k + NAN_CODE_OFFSET} AS INTEGER) "
+                f"WHEN {x} = {pos} THEN CAST({k + POS_INF_OFFSET} AS INTEGER) "
+                f"WHEN {x} = {neg} THEN CAST({k + NEG_INF_OFFSET} AS INTEGER) "
+                f"ELSE {_search_sql(x, sorted(cuts or []), 0, k)} END")
     raise SpecError(f"fiber rule {rule} gives each candidate its own window; use the sensitivity audit")
 
 
@@ -139,6 +92,8 @@ class EvidenceSQL:
     sql: str
     key_columns: tuple[str, ...]
     cuts: dict[str, list[float]]
+    claim_sql: str = ""   # the claim as NaN- and division-safe SQL over this relation
+    label: str = ""       # the user's name of the relation (for messages)
 
 
 def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
@@ -146,26 +101,45 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
 
     ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
+    Exclusion reasons (first that applies): ``evidence_missing``, ``evidence_nan``, ``evidence_infinite``
+    (only under ``missing = "drop"``; under ``as-value`` they are fibers of their own), ``claim_missing`` (a
+    column the claim reads is empty), ``claim_undefined`` (a division by zero or a NaN in the claim).
     """
-    check_columns((id_column, *emap.columns), available, what="the evidence map")
-    check_columns(claim.columns, available, what=f"claim {claim.text!r}")
-    complete = " AND ".join(f"{quote_identifier(c)} IS NOT NULL" for c in emap.columns)
+    shown = [c for c in available if c != ROW]
+    check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
+    check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
+    types = column_types(con, relation)
+    guard_nan(con, types, (*emap.columns, *claim.columns))
+    if emap.rule.kind in {"quantile", "width"}:
+        for col in emap.columns:
+            require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")
+    y_sql = claim_sql(claim, types)
+    q = quote_identifier
+    floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"]
+    complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)
+    finite = " AND ".join(f"isfinite({q(c)})" for c in floats) or "TRUE"
     cuts: dict[str, list[float]] = {}
     if emap.rule.kind == "quantile":
         # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
-        where = f"({claim.sql}) IS NOT NULL" + (f" AND {complete}" if emap.missing == "drop" else "")
-        for col in emap.columns:
-            cuts[col] = quantile_cuts(con, relation, col, int(emap.rule.param or 0), where)
+        where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
+        cuts = quantile_cuts(con, relation, emap.columns, int(emap.rule.param or 0), where)
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
     parts = [f"{bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
-    missing = "FALSE" if emap.missing == "as-value" else f"NOT ({complete})"
-    first = quote_identifier(emap.columns[0])
+    reasons = []
+    if emap.missing == "drop":
+        reasons.append(f"WHEN NOT ({complete}) THEN 'evidence_missing'")
+        if floats:
+            reasons.append(f"WHEN {' OR '.join(f'isnan({q(c)})' for c in floats)} THEN 'evidence_nan'")
+            reasons.append(f"WHEN {' OR '.join(f'isinf({q(c)})' for c in floats)} THEN 'evidence_infinite'")
+    if claim.columns:
+        reasons.append(f"WHEN {' OR '.join(f'{q(c)} IS NULL' for c in claim.columns)} THEN 'claim_missing'")
+    reasons.append(f"WHEN ({y_sql}) IS NULL THEN 'claim_undefined'")
+    first = q(emap.columns[0])
     x0 = f"TRY_CAST({first} AS DOUBLE)" if emap.rule.kind != "exact" else "NULL::DOUBLE"
     sql = (
-        f"SELECT CAST({quote_identifier(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
-        f"{x0} AS x0, CAST({claim.sql} AS BOOLEAN) AS y, "
-        f"CASE WHEN ({claim.sql}) IS NULL THEN 'claim missing' "
-        f"WHEN {missing} THEN 'evidence missing' END AS reason "
+        f"SELECT CAST({q(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
+        f"{x0} AS x0, CAST({y_sql} AS BOOLEAN) AS y, "
+        f"CASE {' '.join(reasons)} END AS reason "
         f"FROM {relation}"
     )
-    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts)
+    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, claim_sql=y_sql, label=label_of(relation))

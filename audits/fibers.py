@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, Node, quote_identifier
-from dcaudit.audits.evidence import EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.claims import Claim, Node, quote_identifier, value_kind
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import column_types, duckdb_message
 
 STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
 _counter = itertools.count()
@@ -62,6 +63,15 @@ def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
             benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
             CAST(median_fiber_size AS DOUBLE) AS median_fiber_size"""
 
+def readable_sql(key: str, duckdb_type: str) -> str:
+    """A key part as text, the same for the same value whatever the input's type: a float that is a whole
+    number reads as one (``1``, not ``1.0``: pandas stores integer labels with gaps as floats), NULL as NA."""
+    if value_kind(duckdb_type) == "float":
+        return (f"coalesce(CASE WHEN {key} = floor({key}) AND abs({key}) < 1e15 THEN CAST(CAST({key} AS BIGINT) "
+                f"AS VARCHAR) ELSE CAST({key} AS VARCHAR) END, 'NA')")
+    return f"coalesce(CAST({key} AS VARCHAR), 'NA')"
+
+
 def status_sql(n: str, n_true: str, min_support: int) -> str:
     return (
         f"CASE WHEN {n_true} > 0 AND {n_true} < {n} THEN 'ambiguous' "
@@ -99,8 +109,8 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
         return None
     ranges: list[tuple[int, int] | None] = []
     for col, k in zip(evidence.columns, ev.key_columns, strict=True):
-        if evidence.rule.kind == "quantile":
-            ranges.append((0, len(ev.cuts.get(col, []))))
+        if evidence.rule.kind == "quantile":  # bins 0 .. K, then the codes of NaN, +inf, -inf
+            ranges.append((0, len(ev.cuts.get(col, [])) + NEG_INF_OFFSET))
         elif str(types[k]).upper() == "BOOLEAN":
             ranges.append((0, 1))
         else:
@@ -118,8 +128,9 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
                 ranges[i] = (0, 0)
                 continue
             if evidence.rule.kind == "width":
-                lo, hi = (con.execute(f"SELECT {bin_sql('v', evidence.rule, None)} FROM (SELECT {v!r} AS v)")
-                          .fetchall()[0][0] for v in (float(lo), float(hi)))
+                lo, hi = (con.execute(f"SELECT {bin_sql('v', evidence.rule, None)} FROM "
+                                      f"(SELECT CAST('{v!r}' AS DOUBLE) AS v)").fetchall()[0][0]
+                          for v in (float(lo), float(hi)))
             ranges[i] = (int(lo), int(hi))
     size = 2  # the audited flag
     for lo, hi in ranges:  # type: ignore[misc]
@@ -136,6 +147,9 @@ def _never_excluded(con: duckdb.DuckDBPyConnection, relation: str, evidence: Evi
     if claim is None or _has_division(claim.tree):
         return False
     cols = list(dict.fromkeys((*evidence.columns, *claim.columns)))
+    types = column_types(con, relation)
+    if any(value_kind(types.get(c, "")) == "float" for c in cols):
+        return False  # NaN or ±inf would exclude a candidate; statistics do not count them
     counts = con.execute(f"SELECT count(*), {', '.join(f'count({quote_identifier(c)})' for c in cols)} "
                          f"FROM {relation}").fetchall()[0]
     return all(c == counts[0] for c in counts[1:])
@@ -195,7 +209,9 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
     created as a temp table (fiber_key and status per key), left for the caller to join and drop.
     """
     keys = ", ".join(key_columns)
-    key_str = " || ',' || ".join(f"coalesce(CAST({k} AS VARCHAR), 'NA')" for k in key_columns)
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {groups})").fetchall())
+    # concat_ws is one flat call: a chain of || would nest once per column (thousands of evidence columns)
+    key_str = "concat_ws(',', " + ", ".join(readable_sql(k, str(types.get(k, ""))) for k in key_columns) + ")"
     fib_t = fibers_table
     grp_t = groups
     con.execute(
@@ -262,8 +278,8 @@ def audit_fibers(
         group_evidence(con, ev_t, grp_t, ev, evidence, relation, claim)
     except duckdb.Error as exc:
         con.execute(f"DROP VIEW IF EXISTS {ev_t}")
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}",
-                         file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=ev.label or relation) from None
     summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
                                        min_support=min_support, labels=labels, fibers_table=fib_t)
     candidates = None

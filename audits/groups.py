@@ -23,10 +23,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dcaudit.audits.claims import check_columns, quote_identifier
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
+from dcaudit.claims import check_columns, quote_identifier
 from dcaudit.errors import SpecError
-from dcaudit.reports.package import concat
+from dcaudit.storage import concat
 
 # (metric name, aggregate over the per-group summary rows)
 SPREAD = (

@@ -8,7 +8,11 @@ For each of S seeds the candidates are split into calibration and test by a hash
 * ``calibrated`` mode: the fiber has ``>= min_support`` calibration members and the one-sided
   Clopper–Pearson upper bound, at confidence ``1 - delta``, on the rate of its minority label is
   ``<= epsilon`` — a stated risk bound per fiber rather than an observation. The bound is reported in
-  every mode (``risk_bound``) next to the observed test error (``false_rate_certified``).
+  every mode (``risk_bound``) next to the observed test error (``false_rate_certified``);
+* ``familywise`` mode: the fibers with ``>= min_support`` calibration members are tested together —
+  Holm's step-down procedure at level α = ``delta`` on the exact binomial p-values of "error rate >
+  epsilon" — so the probability that *any* certified fiber's error rate exceeds epsilon is at most
+  α (per seed; for windows per model × seed). See :mod:`dcaudit.audits.price`.
 
 Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
 under four policies (names as in DESIGN §4):
@@ -32,7 +36,19 @@ seeds, with ``*_p10`` / ``*_p90`` spread columns filled only there):
 * ``prices`` / ``total_cost`` / ``relative_cost_reduction`` — list columns over the price grid: the cost
   of a policy is false decisions + λ · acquisitions (in units of one false decision), and the relative
   reduction is 1 − cost / (fiber_majority false decisions) of the same seed, averaged over seeds.
-  ``certified_only`` decides only part of the test set, so it has no total cost (NULL).
+  ``certified_only`` decides only part of the test set, so it has no total cost (NULL);
+* ``false_rate_certified_bound`` — the one-sided Clopper–Pearson bound (confidence 1 − delta) on the
+  held-out false-decision rate among the decisions acted on, pooled over the certified fibers of the
+  seed; ``certified_units`` — certified fibers (fiber replays) or certified windows (window replays).
+
+Every replay also gives a ``costs`` table (:class:`ReplayResult`, :func:`fiber_replay`,
+:func:`window_replay`): per price λ of the grid, the cost per candidate of ``fiber_majority``,
+``global_majority``, ``certify_then_acquire`` and the price-aware policies ``price_aware`` /
+``price_aware_conservative`` (act on a fiber's or window's benchmark-only action when its estimated
+error rate is below λ, else measure), the envelope, the price band in which each policy is cheapest,
+and the paired difference to the best fixed policy with a 95 % interval (:func:`dcaudit.audits.price.cost_table`).
+With ``compare_modes`` the stage replays the same splits in further certification modes and writes
+the comparison to ``metrics`` (:func:`mode_metrics`).
 
 Error-window certification (``replay_windows``) is the same replay for one numeric evidence column:
 a test candidate's "fiber" is the set of calibration candidates within ``tol`` of its evidence value;
@@ -59,6 +75,7 @@ Splits use DuckDB's ``hash``: reproducible for a given DuckDB version, not acros
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -68,14 +85,18 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels
+from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
-PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)
-MODES = ("exact", "calibrated")
+PRICE_GRID = defaults.PRICE_GRID
+MODES = ("exact", "calibrated", "familywise")
+MAX_SEEDS = 100_000  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
 SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
 _counter = itertools.count()
 
@@ -84,18 +105,18 @@ _counter = itertools.count()
 class ReplayConfig:
     """How the replay splits, certifies and prices."""
 
-    seeds: int = 100
-    seed_offset: int = 0
-    calibration_fraction: float = 0.5
-    min_support: int = 50
-    mode: Literal["exact", "calibrated"] = "exact"
-    epsilon: float = 0.05
-    delta: float = 0.05
+    seeds: int = defaults.REPLAY_SEEDS
+    seed_offset: int = defaults.SEED_OFFSET
+    calibration_fraction: float = defaults.CALIBRATION_FRACTION
+    min_support: int = defaults.MIN_SUPPORT_FIBERS  # tolerance windows default to 5 (default_min_support)
+    mode: Literal["exact", "calibrated", "familywise"] = defaults.REPLAY_MODE  # type: ignore[assignment]
+    epsilon: float = defaults.EPSILON
+    delta: float = defaults.DELTA
     prices: tuple[float, ...] = PRICE_GRID
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise SpecError(f"replay: seeds must be >= 1, got {self.seeds}")
+        if not 1 <= self.seeds <= MAX_SEEDS:
+            raise SpecError(f"replay: seeds must be from 1 to {MAX_SEEDS}, got {self.seeds}")
         if not 0.0 < self.calibration_fraction < 1.0:
             raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
@@ -163,22 +184,6 @@ class WindowSpec:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Clopper–Pearson, vectorised (scipy's inverse incomplete beta).
-
-def cp_upper(k: np.ndarray, n: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
-    """One-sided Clopper–Pearson upper bound on a rate, k events in n trials, confidence 1 − delta."""
-    from scipy.special import betaincinv  # scipy.stats costs a second to import; this does not
-
-    k = np.asarray(k, dtype=float)
-    n = np.asarray(n, dtype=float)
-    a, b = k + 1.0, np.maximum(n - k, 1.0)
-    with np.errstate(invalid="ignore"):
-        bound = betaincinv(a, b, 1.0 - np.asarray(delta, dtype=float))
-    # k = n (or no trials) bounds nothing.
-    return np.where((k >= n) | (n <= 0), 1.0, bound)
-
-
-# ---------------------------------------------------------------------------------------------------
 # SQL building blocks.
 
 def _lit(value: object) -> str:
@@ -207,7 +212,8 @@ class ReplayLabels:
 _SPREAD = ("certified_fraction", "false_decision_rate", "acquisitions", "break_even_price")
 _MEANS = ("n_calibration", "n_test", "tolerance", "certified", "certified_fraction", "decided_fraction",
           "false_decisions", "false_decision_rate", "false_rate_certified", "risk_bound", "risk_bound_max",
-          "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions")
+          "acquisitions", "acquired_fraction", "break_even_price", "baseline_false_decisions",
+          "false_rate_certified_bound", "certified_units")
 
 
 def _float(values: Any) -> np.ndarray:
@@ -250,11 +256,16 @@ def _policy_columns(ps: dict[str, np.ndarray], cfg: ReplayConfig) -> dict[str, n
         certifies = policy in ("certified_only", "certify_then_acquire")
         put("risk_bound", bound if certifies else nan)
         put("risk_bound_max", bound_max if certifies else nan)
+        # certified fibers (fiber replays) or certified windows = test candidates (window replays)
+        put("certified_units", _float(ps["n_cert_units"]) if certifies else nan)
         put("acquisitions", acq[policy])
         put("acquired_fraction", _ratio(acq[policy], n))
         put("break_even_price", _ratio(false_fm - false[policy], acq[policy])
             if policy == "certify_then_acquire" else nan)
         put("baseline_false_decisions", false_fm)
+        # pooled Clopper–Pearson bound on the held-out false-decision rate among the decisions acted on
+        put("false_rate_certified_bound", np.where(acted[policy] > 0, cp_upper(false[policy], acted[policy],
+                                                                               cfg.delta), np.nan))
         cost = false[policy][:, None] + prices[None, :] * acq[policy][:, None]
         if policy == "certified_only":  # decides only part of the test set: no total cost
             cost = np.full_like(cost, np.nan)
@@ -422,6 +433,24 @@ def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_col
 # ---------------------------------------------------------------------------------------------------
 # Public API.
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """A replay's two tables: ``replay`` (policy × seed, as in DESIGN §4) and ``costs`` (policy × price × seed)."""
+
+    replay: pa.Table
+    costs: pa.Table
+
+
+def _costs(ps: dict[str, Any], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
+    const = {"source": labels.source, "audit_id": labels.audit_id, "claim": labels.claim,
+             "evidence": labels.evidence, "fiber_rule": labels.fiber_rule, "certification": labels.certification,
+             "mode": cfg.mode}
+    table = cost_table(ps, prices=tuple(cfg.prices), const=const, pooled=pooled)
+    n = table.num_rows
+    return (table.append_column("min_support", pa.array([cfg.min_support] * n, pa.int64()))
+            .append_column("delta", pa.array([cfg.delta] * n, pa.float64())))
+
+
 def replay_fibers(
     con: duckdb.DuckDBPyConnection,
     relation: str,
@@ -433,6 +462,21 @@ def replay_fibers(
     labels: AuditLabels,
 ) -> pa.Table:
     """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width)."""
+    return fiber_replay(con, relation, id_column=id_column, evidence=evidence, claim=claim, config=config,
+                        labels=labels).replay
+
+
+def fiber_replay(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(),
+    labels: AuditLabels,
+) -> ReplayResult:
+    """:func:`replay_fibers` with the ``costs`` table of every policy at every price of the grid."""
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
     ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
@@ -450,12 +494,13 @@ def replay_fibers(
     try:
         counts = con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {exc}", file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
+                         file=ev.label or relation) from None
     excluded = np.asarray(counts["seed_index"]) < 0
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
     ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
-    return _replay_table(ps, config, names, pooled=False)
+    return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
 
 
 def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str | None) -> dict[str, np.ndarray]:
@@ -493,13 +538,26 @@ def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str
         if cfg.mode == "exact":
             certified = seen & (n_cal >= cfg.min_support) & (minority == 0)
             bound = np.where(seen & (minority == 0), 1.0 - cfg.delta ** (1.0 / np.where(seen, n_cal, 1.0)), np.nan)
-        else:
+        elif cfg.mode == "calibrated":
             bound = np.where(seen, cp_upper(minority, n_cal, cfg.delta), np.nan)
             certified = seen & (n_cal >= cfg.min_support) & (bound <= cfg.epsilon)
+        else:  # familywise: Holm across the supported fibers of each seed, alpha = delta
+            bound = np.where(seen, cp_upper(minority, n_cal, cfg.delta), np.nan)
+            tested = seen & (n_cal >= cfg.min_support)
+            certified = tested.copy()
+            certified[tested] = holm(unit_seed[tested], binomial_pvalue(minority[tested], n_cal[tested],
+                                                                        cfg.epsilon), cfg.delta)
     fm_dec = np.where(seen, maj, gmaj)
 
     def wrong(decision: np.ndarray) -> np.ndarray:
         return np.where(decision, n_test - t_test, t_test)
+
+    # price-aware: the benchmark-only action per fiber, judged by the calibration members against it; an
+    # unseen fiber's action is the global majority, so its error is estimated from the whole calibration half
+    g_against = np.where(gmaj, (seed_cal - seed_cal_true)[unit_seed], seed_cal_true[unit_seed])
+    k_against = np.where(seen, np.where(fm_dec, n_cal - t_cal, t_cal), g_against)
+    priced = price_aware_outcomes(unit_seed, n_seeds, k_against, np.where(seen, n_cal, seed_cal[unit_seed]),
+                                  wrong(fm_dec), n_test, cfg.prices, cfg.delta)
 
     n_cert = per_seed(np.where(certified, n_test, 0))
     weighted = per_seed(np.where(certified, np.nan_to_num(bound) * n_test, 0))
@@ -513,11 +571,12 @@ def _fiber_outcomes(counts: dict[str, np.ndarray], cfg: ReplayConfig, model: str
         "tolerance": np.full(n_seeds, np.nan),
         "n_cert": n_cert,
         "false_cert": per_seed(np.where(certified, wrong(maj), 0)),
+        "n_cert_units": per_seed(certified.astype(float)),
         "false_fm": per_seed(wrong(fm_dec)),
         "false_gm": per_seed(wrong(gmaj)),
         "risk_bound": np.where(n_cert > 0, weighted / np.where(n_cert > 0, n_cert, 1), np.nan),
         "risk_bound_max": np.where(np.isfinite(bound_max), bound_max, np.nan),
-    }
+    } | priced
 
 
 _DENSE_POSITIONS = 16_000_000  # (model, rank) -> row table entries (int32, 64 MB) before binary search instead
@@ -607,7 +666,8 @@ def window_counts(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.nd
     return WindowRows(group, order[row], y[row], both >> 32, both & 0xFFFFFFFF, totals >> 32, totals & 0xFFFFFFFF)
 
 
-def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> dict[str, np.ndarray]:
+def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_group: np.ndarray | None = None,
+                     t_group: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per-group (model × seed) outcome counts from every test candidate's window; vectorised, no loop.
 
     The risk bound is evaluated only where it decides or is reported: in exact mode on the certified
@@ -628,10 +688,25 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> d
         pairs, pair_of = np.unique(minority[supported] * span + n_cal[supported], return_inverse=True)
         p_bound = cp_upper(pairs // span, pairs % span, cfg.delta)
         certified = supported.copy()
-        certified[supported] = p_bound[pair_of] <= cfg.epsilon
+        if cfg.mode == "calibrated":
+            certified[supported] = p_bound[pair_of] <= cfg.epsilon
+        else:  # familywise: Holm across the supported windows of each (model, seed) group, alpha = delta
+            p_value = binomial_pvalue(pairs // span, pairs % span, cfg.epsilon)[pair_of]
+            certified[supported] = holm(group[supported], p_value, cfg.delta)
         cert_bound = p_bound[pair_of][certified[supported]]
     # the benchmark-only action on a window: its majority (>= 0.5 -> true), as in the paper
     fm_dec = np.where(n_cal >= cfg.min_support, 2 * t_cal >= n_cal, g_maj)
+    # price-aware: act on that action where the window's calibration members rarely contradict it; below
+    # support the action is the global majority, and its error is estimated from the group's calibration half
+    fallback = n_cal < cfg.min_support
+    k_against = np.where(fm_dec, n_cal - t_cal, t_cal)
+    n_against = n_cal
+    if n_group is not None and t_group is not None:
+        n_g, t_g = np.asarray(n_group)[group], np.asarray(t_group)[group]
+        k_against = np.where(fallback, np.where(g_maj, n_g - t_g, t_g), k_against)
+        n_against = np.where(fallback, n_g, n_cal)
+    priced = price_aware_outcomes(group, n_groups, k_against, n_against, (fm_dec != y).astype(float),
+                                  np.ones(len(group)), cfg.prices, cfg.delta)
     code = (certified.astype(np.int64) * 8 + (certified & ((2 * t_cal > n_cal) != y)) * 4
             + (fm_dec != y) * 2 + (g_maj != y))
     counts = np.bincount(group * 16 + code, minlength=n_groups * 16).reshape(n_groups, 16)
@@ -647,12 +722,13 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig) -> d
     np.maximum.at(bound_max, cert_group, cert_bound)
     return {
         "n_cert": n_cert,
+        "n_cert_units": n_cert,
         "false_cert": total(4),
         "false_fm": total(2),
         "false_gm": total(1),
         "risk_bound": np.where(n_cert > 0, bound_sum / np.where(n_cert > 0, n_cert, 1.0), np.nan),
         "risk_bound_max": np.where(np.isfinite(bound_max), bound_max, np.nan),
-    }
+    } | priced
 
 
 def _per_model(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -695,6 +771,32 @@ def _group_tolerance(con: duckdb.DuckDBPyConnection, tol: Tolerance, error: np.n
     return value, defined
 
 
+_BYTES_PER_CANDIDATE_SEED = 4  # the split list (Arrow) and its numpy matrix copies, per candidate and seed
+
+
+def check_seeds_fit(con: duckdb.DuckDBPyConnection, relation: str, seeds: int) -> None:
+    """A window replay holds a (candidate, seed) matrix: refuse seeds that cannot fit the memory limit."""
+    n = con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0]
+    limit = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchall()
+    limit_bytes = _bytes(limit[0][0]) if limit else None
+    need = int(n) * int(seeds) * _BYTES_PER_CANDIDATE_SEED
+    if limit_bytes and need > limit_bytes:
+        fit = max(1, limit_bytes // max(1, int(n) * _BYTES_PER_CANDIDATE_SEED))
+        raise SpecError(f"replay: {seeds} seeds over {n} candidates need about {need / 2**30:.1f} GiB, more than "
+                        f"the memory limit ({limit[0][0]}); use at most {fit} seeds or raise --memory-limit")
+
+
+def _bytes(text: str) -> int | None:
+    import re
+
+    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", str(text))
+    if not m:
+        return None
+    units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20,
+             "GiB": 2**30, "TiB": 2**40, "PB": 10**15, "PiB": 2**50}
+    return int(float(m.group(1)) * units.get(m.group(2), 1))
+
+
 def _split_list_sql(cfg: ReplayConfig, h: str) -> str:
     """Calibration membership of hash ``h`` at every seed as one list (index = seed − offset).
 
@@ -713,10 +815,26 @@ def replay_windows(
     id_column: str,
     window: WindowSpec,
     claim: Claim,
-    config: ReplayConfig = ReplayConfig(min_support=5),
+    config: ReplayConfig = ReplayConfig(min_support=defaults.MIN_SUPPORT_WINDOWS),
     labels: AuditLabels,
     model_column: str | None = None,
 ) -> pa.Table:
+    """Error-window replay (see :func:`window_replay`); the ``replay`` table only."""
+    return window_replay(con, relation, id_column=id_column, window=window, claim=claim, config=config,
+                         labels=labels, model_column=model_column).replay
+
+
+def window_replay(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    window: WindowSpec,
+    claim: Claim,
+    config: ReplayConfig = ReplayConfig(min_support=5),
+    labels: AuditLabels,
+    model_column: str | None = None,
+) -> ReplayResult:
     """Error-window replay: a test candidate is certified by the calibration candidates within ``tol``.
 
     With ``model_column`` the relation is long (one row per model × candidate); every model is replayed
@@ -733,7 +851,14 @@ def replay_windows(
     check_columns(tuple(needed) + ((model_column,) if model_column else ()), available, what="the window replay")
     check_columns(claim.columns, available, what=f"claim {claim.text!r}")
     q = quote_identifier
+    types = column_types(con, relation)
+    guard_nan(con, types, (window.column, *claim.columns))
+    require_numeric(con, relation, window.column, types, why="a tolerance window")
+    if window.reference:
+        require_numeric(con, relation, window.reference, types, why="the tolerance's reference")
+    y_sql = claim_sql(claim, types)
     x, ref = q(window.column), (q(window.reference) if window.reference else "NULL::DOUBLE")
+    check_seeds_fit(con, relation, config.seeds)
     model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
              else (_lit(labels.model) if labels.model is not None else "NULL::VARCHAR"))
     try:
@@ -742,15 +867,16 @@ def replay_windows(
         SELECT CAST(dense_rank() OVER (ORDER BY model NULLS FIRST) - 1 AS BIGINT) AS mi, model, x, r, y,
                {_split_list_sql(config, 'h')} AS c
         FROM (SELECT {model} AS model, hash(CAST({q(id_column)} AS VARCHAR)) AS h, CAST({x} AS DOUBLE) AS x,
-                     CAST({ref} AS DOUBLE) AS r, CAST({claim.sql} AS BOOLEAN) AS y
+                     CAST({ref} AS DOUBLE) AS r, CAST({y_sql} AS BOOLEAN) AS y
               FROM {relation}
-              WHERE {x} IS NOT NULL AND ({claim.sql}) IS NOT NULL)
+              WHERE isfinite(CAST({x} AS DOUBLE)) AND ({y_sql}) IS NOT NULL)
         ORDER BY mi""").to_arrow_table()
-        n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE {x} IS NULL OR ({claim.sql}) IS NULL"
-                                 ).fetchall()[0][0]
+        # NaN / ±inf evidence cannot sit in a window: excluded, like missing evidence
+        n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) IS NOT TRUE "
+                                 f"OR ({y_sql}) IS NULL").fetchall()[0][0]
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {exc}",
-                         file=relation) from exc
+        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {duckdb_message(exc)}",
+                         file=label_of(relation)) from None
     if not data.num_rows:
         raise InputError(f"no candidate has both a value of {window.column!r} and of the claim "
                          f"{claim.text!r}", file=relation, column=window.column)
@@ -772,7 +898,7 @@ def replay_windows(
     rows = window_counts(cand_x, mi, cand_y, is_cal, tolerance, defined)
     n_cal, t_cal = rows.n_calibration, rows.t_calibration
     n_test = np.repeat(np.diff(np.append(starts, data.num_rows)), n_seeds) - n_cal
-    ps = _window_outcomes(rows, 2 * t_cal > n_cal, config) | {
+    ps = _window_outcomes(rows, 2 * t_cal > n_cal, config, n_cal, t_cal) | {
         "model": np.repeat(models, n_seeds),
         "seed": np.tile(np.arange(n_seeds, dtype=np.int64) + int(config.seed_offset), len(models)),
         "n_calibration": n_cal.astype(float),
@@ -781,14 +907,18 @@ def replay_windows(
     }
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, window.column,
                          f"window:{window.tolerance}", "window", int(n_excluded))
-    return _replay_table(ps, config, names, pooled=model_column is not None)
+    pooled = model_column is not None
+    return ReplayResult(_replay_table(ps, config, names, pooled=pooled), _costs(ps, config, names, pooled=pooled))
 
 
 # ---------------------------------------------------------------------------------------------------
 # Pipeline stage: the [replay] section of a spec.
 
+default_min_support = defaults.replay_min_support  # 50 for fibers, 5 for tolerance windows
+
+
 _SECTION_KEYS = {"audits", "seeds", "seed_offset", "calibration_fraction", "min_support", "mode", "epsilon",
-                 "delta", "prices", "tolerance", "reference", "model_column"}
+                 "delta", "prices", "tolerance", "reference", "model_column", "compare_modes"}
 
 
 @dataclass(frozen=True)
@@ -798,6 +928,7 @@ class ReplaySection:
     tolerance: Tolerance | None = None
     reference: str | None = None
     model_column: str | None = None
+    compare_modes: tuple[str, ...] = ()  # more certification modes, replayed for the metrics comparison
 
 
 def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySection:
@@ -807,28 +938,35 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     if unknown:
         raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
     windowed = "tolerance" in raw
+    d = ReplayConfig
     try:
         cfg = ReplayConfig(
-            seeds=int(raw.get("seeds", 100)),
-            seed_offset=int(raw.get("seed_offset", 0)),
-            calibration_fraction=float(raw.get("calibration_fraction", 0.5)),
-            min_support=int(raw.get("min_support", 5 if windowed else 50)),
-            mode=str(raw.get("mode", "exact")),  # type: ignore[arg-type]
-            epsilon=float(raw.get("epsilon", 0.05)),
-            delta=float(raw.get("delta", 0.05)),
-            prices=tuple(float(p) for p in raw.get("prices", PRICE_GRID)),
+            seeds=int(raw.get("seeds", d.seeds)),
+            seed_offset=int(raw.get("seed_offset", d.seed_offset)),
+            calibration_fraction=float(raw.get("calibration_fraction", d.calibration_fraction)),
+            min_support=int(raw.get("min_support", default_min_support(windowed=windowed))),
+            mode=str(raw.get("mode", d.mode)),  # type: ignore[arg-type]
+            epsilon=float(raw.get("epsilon", d.epsilon)),
+            delta=float(raw.get("delta", d.delta)),
+            prices=tuple(float(p) for p in raw.get("prices", d.prices)),
         )
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{origin}: {exc}") from exc
     audits = raw.get("audits")
     if isinstance(audits, str):
         audits = [audits]
+    compare = raw.get("compare_modes", [])
+    compare = [compare] if isinstance(compare, str) else list(compare)
+    bad = [m for m in compare if m not in MODES]
+    if bad:
+        raise SpecError(f"{origin}: compare_modes {bad}; use {', '.join(MODES)}")
     return ReplaySection(
         config=cfg,
         audits=tuple(str(a) for a in audits) if audits is not None else None,
         tolerance=parse_tolerance(raw["tolerance"]) if windowed else None,
         reference=raw.get("reference"),
         model_column=raw.get("model_column"),
+        compare_modes=tuple(dict.fromkeys(str(m) for m in compare)),
     )
 
 
@@ -842,6 +980,10 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
         raise SpecError(f"[replay] audits {missing} are not audits of spec {ctx.spec.name!r} "
                         f"(it has {sorted(tasks)})")
     out: list[pa.Table] = []
+    costs: list[pa.Table] = []
+    metrics: list[pa.Table] = []
+    if "familywise" in (section.config.mode, *section.compare_modes):
+        ctx.notes.append(familywise_note(section.config))
     for audit_id in chosen:
         task = tasks[audit_id]
         view = ctx.view_for(task.table)
@@ -851,10 +993,85 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
                 raise SpecError(f"[replay] tolerance windows need one evidence column; audit {audit_id!r} has "
                                 f"{len(task.evidence.columns)}")
             window = WindowSpec(task.evidence.columns[0], section.tolerance, section.reference)
-            out.append(replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
-                                      claim=task.claim, config=section.config, labels=labels,
-                                      model_column=section.model_column))
+            result = window_replay(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
+                                   config=section.config, labels=labels, model_column=section.model_column)
         else:
-            out.append(replay_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
-                                     claim=task.claim, config=section.config, labels=labels))
-    return {"replay": out}
+            result = fiber_replay(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
+                                  claim=task.claim, config=section.config, labels=labels)
+        out.append(result.replay)
+        costs.append(result.costs)
+        ctx.notes.extend(price_notes(result.costs, audit_id))
+        if section.compare_modes:
+            by_mode = {section.config.mode: result.replay}
+            for mode in section.compare_modes:
+                if mode in by_mode:
+                    continue
+                cfg = dataclasses.replace(section.config, mode=mode)
+                if section.tolerance is not None:
+                    by_mode[mode] = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
+                                                   claim=task.claim, config=cfg, labels=labels,
+                                                   model_column=section.model_column)
+                else:
+                    by_mode[mode] = replay_fibers(ctx.con, view, id_column=ctx.spec.id_column,
+                                                  evidence=task.evidence, claim=task.claim, config=cfg, labels=labels)
+            metrics.append(mode_metrics(by_mode, section.config))
+    return {"replay": out, "costs": costs} | ({"metrics": metrics} if metrics else {})
+
+
+def familywise_note(cfg: ReplayConfig) -> str:
+    """The manifest note stating the family-wise procedure and its level."""
+    return (f"replay: familywise certification = Holm step-down across the fibers (or windows) with >= "
+            f"{cfg.min_support} calibration members, per seed (and model); exact binomial p-values of H0 'error rate "
+            f"> epsilon = {cfg.epsilon:g}'; alpha = delta = {cfg.delta:g}, so P(any certified fiber's error rate > "
+            f"{cfg.epsilon:g}) <= {cfg.delta:g}")
+
+
+_MODE_METRICS = ("certified_units", "certified_fraction", "false_rate_certified", "false_rate_certified_bound")
+
+
+def mode_metrics(by_mode: dict[str, pa.Table], cfg: ReplayConfig) -> pa.Table:
+    """Certification modes side by side (metrics rows, experiment = ``<audit>:<mode>``): certified fibers per
+    seed, certified fraction (ci = p10 / p90 over seeds), held-out false-decision rate among certified decisions
+    (mean over seeds) and its per-seed Clopper–Pearson bound (mean), and the rate pooled over all seeds
+    (``pooled_false_rate_certified``, ci_high = its Clopper–Pearson bound; seeds share candidates, so this
+    pooled bound is optimistic)."""
+    rows: list[dict[str, Any]] = []
+    for mode, table in by_mode.items():
+        data = [r for r in table.to_pylist() if r["policy"] == "certified_only"]
+        # the pooled summary row (model NULL) when there is one, else the only model's
+        summary = next((r for r in data if r["seed"] is None and r["model"] is None),
+                       next((r for r in data if r["seed"] is None), None))
+        seeds = [r for r in data if r["seed"] is not None]  # every model's seeds
+        if summary is None:
+            continue
+        head = {"source": summary["source"], "experiment": f"{summary['audit_id']}:{mode}",
+                "claim": summary["claim"], "fiber_rule": summary["fiber_rule"], "min_support": summary["min_support"]}
+        for name in _MODE_METRICS:
+            lo = summary.get(f"{name}_p10") if name == "certified_fraction" else None
+            hi = summary.get(f"{name}_p90") if name == "certified_fraction" else None
+            rows.append(head | {"metric": name, "value": summary[name], "ci_low": lo, "ci_high": hi})
+        false, cert = sum(r["false_decisions"] for r in seeds), sum(r["certified"] for r in seeds)
+        rows.append(head | {"metric": "pooled_false_rate_certified", "value": false / cert if cert else None,
+                            "ci_low": None, "ci_high": float(cp_upper(false, cert, cfg.delta)) if cert else None})
+        rows.append(head | {"metric": "epsilon", "value": cfg.epsilon if mode != "exact" else None,
+                            "ci_low": None, "ci_high": None})
+        rows.append(head | {"metric": "alpha" if mode == "familywise" else "delta", "value": cfg.delta,
+                            "ci_low": None, "ci_high": None})
+    schema = pa.schema([("source", pa.string()), ("experiment", pa.string()), ("claim", pa.string()),
+                        ("fiber_rule", pa.string()), ("min_support", pa.int64()), ("metric", pa.string()),
+                        ("value", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64())])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def price_notes(costs: pa.Table, audit_id: str) -> list[str]:
+    """One line per replay: where price_aware is significantly costlier than the best fixed policy, if anywhere."""
+    rows = [r for r in costs.to_pylist() if r["seed"] is None and r["policy"] == "price_aware"
+            and r["model"] is None]
+    if not rows:
+        return []
+    worse = [f"{r['price']:g} (+{r['diff_vs_best']:.2g} per candidate)" for r in rows
+             if r["diff_low"] is not None and r["diff_low"] > 0]
+    better = sum(1 for r in rows if r["diff_high"] is not None and r["diff_high"] < 0)
+    tail = f"significantly costlier at price {', '.join(worse)}" if worse else "never significantly costlier"
+    return [f"{audit_id}: price_aware vs the best of majority / certify_then_acquire per price: cheaper at "
+            f"{better} of {len(rows)} prices (95% interval below 0), {tail}"]

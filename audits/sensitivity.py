@@ -27,13 +27,15 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, check_columns, quote_identifier
+from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, FiberRule, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.audits.replay import Tolerance, parse_tolerance
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
+from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 
-DEFAULT_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", "knn:25", "knn:50", "knn:100")
+DEFAULT_RULES = defaults.SENSITIVITY_RULES
 _counter = itertools.count()
 
 
@@ -148,15 +150,19 @@ def _model_rows(con: duckdb.DuckDBPyConnection, view: str, id_column: str, evide
         return rows
     q = quote_identifier
     ref = f"CAST({q(reference)} AS DOUBLE)" if reference else "NULL::DOUBLE"
-    try:
+    types = column_types(con, view)
+    guard_nan(con, types, (evidence, *claim.columns))
+    require_numeric(con, view, evidence, types, why="a window rule")
+    y_sql = claim_sql(claim, types)
+    try:  # windows need finite evidence: NaN and ±inf are excluded, as under missing = "drop"
         cur = con.execute(
-            f"SELECT CAST({q(evidence)} AS DOUBLE) AS x, CAST({claim.sql} AS BOOLEAN) AS y, {ref} AS r "
-            f"FROM {view} WHERE {q(evidence)} IS NOT NULL AND ({claim.sql}) IS NOT NULL "
+            f"SELECT CAST({q(evidence)} AS DOUBLE) AS x, CAST({y_sql} AS BOOLEAN) AS y, {ref} AS r "
+            f"FROM {view} WHERE isfinite(CAST({q(evidence)} AS DOUBLE)) AND ({y_sql}) IS NOT NULL "
             f"ORDER BY x, CAST({q(id_column)} AS VARCHAR)")
         data = cur.fetchnumpy()
     except duckdb.Error as exc:
-        raise InputError(f"cannot read evidence {evidence!r} as numbers or evaluate {claim.text!r}: {exc}",
-                         file=view) from exc
+        raise InputError(f"cannot read evidence {evidence!r} as numbers or evaluate {claim.text!r}: "
+                         f"{duckdb_message(exc)}", file=label_of(view)) from None
     x = np.asarray(data["x"], dtype=float)
     y = np.asarray(data["y"], dtype=bool)
     r = np.asarray(data["r"], dtype=float) if reference else None

@@ -33,9 +33,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.claims import Claim, Node, SqlDialect, check_columns, render
 from dcaudit.audits.evidence import EvidenceMap, FiberRule, bin_sql
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, _head, summarise_groups
+from dcaudit.claims import Claim, Node, SqlDialect, check_columns, render
 from dcaudit.errors import InputError, SpecError, require
 
 _counter = itertools.count()
@@ -173,12 +173,15 @@ def evidence_view(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap,
     keys = tuple(f"k{i}" for i in range(len(evidence.columns)))
     parts = [f"{_bin_sql(c, evidence.rule, cuts.get(c))} AS {k}" for c, k in zip(evidence.columns, keys, strict=True)]
     missing = "FALSE" if evidence.missing == "as-value" else f"NOT ({complete})"
+    # the same reasons, in the same order, as dcaudit.audits.evidence.evidence_select
+    claim_nulls = " OR ".join(f"{quote(c)} IS NULL" for c in claim.columns) or "FALSE"
     first = quote(evidence.columns[0])
     x0 = f"try_cast({first} AS DOUBLE)" if evidence.rule.kind != "exact" else "CAST(NULL AS DOUBLE)"
     spark.sql(
         f"SELECT CAST({quote(id_column)} AS STRING) AS candidate_id, {', '.join(parts)}, {x0} AS x0, "
-        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN ({cs}) IS NULL THEN 'claim missing' "
-        f"WHEN {missing} THEN 'evidence missing' END AS reason FROM {src}"
+        f"CAST({cs} AS BOOLEAN) AS y, CASE WHEN {missing} THEN 'evidence_missing' "
+        f"WHEN {claim_nulls} THEN 'claim_missing' WHEN ({cs}) IS NULL THEN 'claim_undefined' END AS reason "
+        f"FROM {src}"
     ).createOrReplaceTempView(ev)
     return SparkEvidence(ev, keys, cuts, src)
 
@@ -342,74 +345,3 @@ def replay_fibers_spark(
                             n_excluded)
     outcomes = rp._fiber_outcomes({k: np.asarray(v) for k, v in arrays.items()}, config, labels.model)
     return rp._replay_table(outcomes, config, names, pooled=False)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Runs: a spec's fiber audits (and [replay] section) on Spark, written as the same evidence package.
-
-def run_spec_spark(spec: Any, settings: Any, *, out_dir: Path | None = None, replace_existing: bool = False,
-                   with_candidates: bool = True, master: str | None = None, quiet: bool = False) -> Any:
-    """``run_spec`` for table specs (a file path as source) with every pass over candidates in Spark."""
-    from dcaudit.connectors.table import check_file, input_hash
-    from dcaudit.pipelines.runner import execute_run
-    from dcaudit.reports.package import concat
-
-    source = Path(spec.source)
-    if not (source.suffix or source.exists()):
-        raise SpecError(f"--engine spark audits a table file (Parquet or CSV); {spec.source!r} is a connector: "
-                        "run it with the DuckDB engine, or point Spark at the connector's Parquet tables")
-    unsupported = [s for s in spec.sections if s != "replay"]
-    if unsupported:
-        raise SpecError(f"--engine spark runs the fiber audit and [replay]; section(s) {unsupported} need "
-                        "--engine duckdb")
-    if any(t.per is not None for t in spec.audits):
-        raise SpecError("--engine spark does not run per-model audits yet; use --engine duckdb")
-    check_file(source)
-    inputs = input_hash(source)
-
-    def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
-        import time
-
-        from dcaudit.engine import connect
-
-        spark = session(master)
-        con = connect(settings)
-        timings: dict[str, float] = {}
-        collected: dict[str, list[pa.Table]] = {}
-        notes: list[str] = []
-        try:
-            df = read_table(spark, source, row_id=spec.id_column == ROW_ID)
-            t = time.monotonic()
-            for task in spec.audits:
-                result = audit_fibers_spark(spark, df, id_column=spec.id_column, evidence=task.evidence,
-                                            claim=task.claim, min_support=task.min_support,
-                                            labels=AuditLabels(source.name, task.audit_id),
-                                            with_candidates=with_candidates, con=con)
-                for name, table in (("summary", result.summary), ("fibers", result.fibers),
-                                    ("candidates", result.candidates)):
-                    if table is not None:
-                        collected.setdefault(name, []).append(table)
-            timings["fibers"] = round(time.monotonic() - t, 3)
-            if "replay" in spec.sections:
-                from dcaudit.audits.replay import parse_section
-
-                section = parse_section(spec.sections["replay"])
-                if section.tolerance is not None:
-                    raise SpecError("--engine spark replays fibers; error windows (--tolerance) need --engine duckdb")
-                t = time.monotonic()
-                chosen = section.audits or tuple(a.audit_id for a in spec.audits)
-                for task in (a for a in spec.audits if a.audit_id in chosen):
-                    collected.setdefault("replay", []).append(replay_fibers_spark(
-                        spark, df, id_column=spec.id_column, evidence=task.evidence, claim=task.claim,
-                        config=section.config, labels=AuditLabels(source.name, task.audit_id), con=con))
-                notes.append("replay splits are Spark's xxhash64(candidate_id, seed): other draws than the "
-                             "DuckDB engine's (same design); pass splits to replay_fibers_spark to match exactly")
-                timings["replay"] = round(time.monotonic() - t, 3)
-        finally:
-            con.close()
-        tables = {name: concat(parts) for name, parts in collected.items() if parts}
-        return tables, {"timings": timings, "notes": notes, "source": source.name, "engine": "spark",
-                        "spark_master": spark.conf.get("spark.master", None)}
-
-    return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash, inputs=inputs,
-                       compute=compute, out_dir=out_dir, replace_existing=replace_existing, quiet=quiet)

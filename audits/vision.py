@@ -1,7 +1,7 @@
 """Corruption-robustness audit: does an image's clean prediction decide that the model stays right?
 
-Candidates are (split, model, image) triples of a predictions table (see
-:mod:`dcaudit.connectors.vision`). For each suite of corruptions:
+Candidates are (split, model, image) triples of a predictions table (its columns: docs/connectors.md,
+vision). For each suite of corruptions:
 
 * **evidence** (the paper's, PAPER-NOTES §3.4): the clean predicted class, whether it is correct,
   and the confidence decile — ``pd.qcut(confidence, q=10, duplicates='drop')`` computed per
@@ -54,7 +54,6 @@ import pyarrow as pa
 
 from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
-from dcaudit.connectors.vision import image_evidence_sql
 from dcaudit.errors import SpecError
 
 CLAIM = "robust = true"
@@ -123,14 +122,12 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float | None, 
 
 
 def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, source: str,
-                      suites: Sequence[Suite], clean: str = "clean", confidence_bins: int = 10,
+                      evidence_sql: str, suites: Sequence[Suite], clean: str = "clean",
                       min_support: int = 1, model_order: Sequence[str] | None = None,
                       with_candidates: bool = True, bootstrap: int = 1000, seed: int = 0) -> VisionAudit:
     """Run the robustness audit for every suite × split × model of ``predictions`` in one SQL pass."""
     if min_support < 1:
         raise SpecError(f"min_support must be >= 1, got {min_support}")
-    if confidence_bins < 2:
-        raise SpecError(f"confidence_bins must be >= 2, got {confidence_bins}")
     if not suites:
         raise SpecError("no corruption suites to audit")
     tag = next(_counter)
@@ -149,8 +146,8 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
     try:
         con.execute(f"CREATE TEMP TABLE {t['suite']} AS SELECT suite, condition FROM {t['suite']}_arrow")
         # evidence per (split, model, image): every triple seen in any condition is a candidate; the
-        # decile SQL lives with the connector, whose ``images`` table carries the same columns
-        con.execute(f"CREATE TEMP TABLE {t['ev']} AS {image_evidence_sql(predictions, clean, confidence_bins)}")
+        # caller's SQL (the one the connector's ``images`` table is built with) gives its columns
+        con.execute(f"CREATE TEMP TABLE {t['ev']} AS {evidence_sql}")
         con.execute(f"""CREATE TEMP TABLE {t['rob']} AS
             SELECT p.split, p.model, p.image_id, s.suite, count(*) AS n_seen, bool_and(p.predicted = p.label) AS ok
             FROM {predictions} p JOIN {t['suite']} s ON p.condition = s.condition GROUP BY ALL""")
@@ -374,56 +371,6 @@ class VisionConfig:
         if bad or not cfg.suites:
             raise SpecError(f"[vision] suites = {list(cfg.suites)}: choose from {', '.join(SUITE_KINDS)}")
         return cfg
-
-
-def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipelines.runner.StageContext
-    """Runner stage for ``[vision]``: audit every predictions table of the source (one grouped pass each)."""
-    from pathlib import Path
-
-    from dcaudit.connectors import vision as connector
-
-    cfg = VisionConfig.from_section(dict(ctx.spec.sections.get("vision") or {}))
-    out: dict[str, list[pa.Table]] = {}
-    user_file = Path(ctx.spec.source)
-    is_file = bool(user_file.suffix) or user_file.exists()
-    ambiguous_all = 0
-    for table, view in ctx.tables.items():
-        if table == "images":  # the connector's per-image table, audited by the spec's plain [[audits]]
-            continue
-        if is_file:  # a user's predictions: reload with row numbers so errors can name the row
-            norm = connector.read_predictions(ctx.con, user_file, conditions=cfg.conditions, clean=cfg.clean)
-            source, order = ctx.source, cfg.model_order
-        else:
-            norm = connector.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
-                                                  clean=cfg.clean)
-            source = SOURCE_NAMES.get(table, f"vision-{table}")
-            order = cfg.model_order or (connector.DIGITS_MODELS if table == "digits"
-                                        else connector.MnistProtocol().models)
-        suites = build_suites(ctx.con, norm, cfg.suites, clean=cfg.clean)
-        result = audit_predictions(ctx.con, norm, source=source, suites=suites, clean=cfg.clean,
-                                   confidence_bins=cfg.confidence_bins, min_support=cfg.min_support,
-                                   model_order=order, with_candidates=cfg.candidates, bootstrap=cfg.bootstrap)
-        for name, parts in result.tables().items():
-            out.setdefault(name, []).extend(parts)
-        ctx.notes.extend(headline_notes(source, result))
-        per_split = result.summary.filter(pa.compute.and_(pa.compute.is_valid(result.summary["split"]),
-                                                          pa.compute.equal(result.summary["audit_id"], "robust[all]")))
-        ambiguous_all += sum(per_split["ambiguous"].to_pylist())
-    _cross_check(ctx, ambiguous_all)
-    return out
-
-
-def _cross_check(ctx, ambiguous_all: int) -> None:  # noqa: ANN001
-    """The spec's pooled [[audits]] entry (split and model inside the fiber key) must agree with the stage."""
-    for audit_id, audit in ctx.audits.items():
-        rows = audit.summary.to_pylist()
-        if len(rows) != 1 or rows[0]["claim"] != CLAIM or "confidence_decile" not in rows[0]["evidence"]:
-            continue
-        pooled = rows[0]["ambiguous"]
-        if pooled != ambiguous_all:
-            raise AssertionError(f"{audit_id}: pooled audit finds {pooled} ambiguous candidates, the [vision] "
-                                 f"stage {ambiguous_all}: the two evidence computations disagree")
-        ctx.notes.append(f"{audit_id}: pooled fiber audit agrees with the vision stage ({pooled} ambiguous)")
 
 
 def headline_notes(source: str, result: VisionAudit) -> list[str]:

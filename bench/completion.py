@@ -47,9 +47,9 @@ def tox21_parquet() -> Path:
 def run_engine(path: Path, seeds: int, draws: int) -> tuple[float, list[dict]]:
     import duckdb
 
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.completion import CompletionConfig, completion_curves
     from dcaudit.audits.evidence import EvidenceMap
+    from dcaudit.claims import parse_claim
     from dcaudit.connectors import tox21
 
     con = duckdb.connect()

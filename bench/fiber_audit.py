@@ -38,9 +38,9 @@ def make_table(n: int, path: Path) -> None:
 
 
 def run_duckdb(path: Path, memory_limit: str, with_candidates: bool) -> dict:
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.evidence import EvidenceMap
     from dcaudit.audits.fibers import AuditLabels, audit_fibers
+    from dcaudit.claims import parse_claim
     from dcaudit.config import load_settings
     from dcaudit.engine import connect
 

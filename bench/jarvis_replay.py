@@ -40,7 +40,7 @@ def jarvis_table() -> Path:
     settings = load_settings()
     if settings.home.name == "workspace" and not settings.home.exists():
         settings = settings.with_overrides(home=Path(tempfile.mkdtemp()))
-    prepared = jarvis.prepare(settings, require=("formation_energy_peratom", "optb88vdw_bandgap"))
+    prepared = jarvis.prepare(settings, jarvis.Options(require=("formation_energy_peratom", "optb88vdw_bandgap")))
     return prepared.tables["jarvis"]
 
 
@@ -81,9 +81,9 @@ def run_pandas(frame) -> tuple[float, dict]:  # noqa: ANN001
 
 
 def run_engine(con, seeds: int) -> tuple[float, dict]:  # noqa: ANN001
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.fibers import AuditLabels
     from dcaudit.audits.replay import ReplayConfig, Tolerance, WindowSpec, replay_windows
+    from dcaudit.claims import parse_claim
 
     start = time.perf_counter()
     table = replay_windows(con, "j", id_column="jid", window=WindowSpec(X, Tolerance("mae"), REF),

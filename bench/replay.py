@@ -46,10 +46,10 @@ def tox21_table() -> Path:
 
 def run_dcaudit(con, relation: str, seeds: int, id_column: str = "mol_id", evidence=NR,  # noqa: ANN001
                 claim: str = CLAIM):  # noqa: ANN201 - pyarrow table
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.evidence import EvidenceMap
     from dcaudit.audits.fibers import AuditLabels
     from dcaudit.audits.replay import ReplayConfig, replay_fibers
+    from dcaudit.claims import parse_claim
 
     return replay_fibers(con, relation, id_column=id_column, evidence=EvidenceMap(tuple(evidence)),
                          claim=parse_claim(claim), config=ReplayConfig(seeds=seeds, min_support=MIN_SUPPORT),

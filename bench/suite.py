@@ -68,9 +68,9 @@ def _duck(path: Path, memory_limit: str):  # noqa: ANN202 - a duckdb connection
 
 
 def run_duckdb(bench: str, path: Path, memory_limit: str, opts: dict) -> tuple[float, dict]:
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
     from dcaudit.audits.fibers import AuditLabels, audit_fibers
+    from dcaudit.claims import parse_claim
 
     con = _duck(path, memory_limit)
     labels = AuditLabels("bench", bench)
@@ -159,9 +159,9 @@ def _pandas_fiber_checks(fibers) -> dict:  # noqa: ANN001 - a pandas frame
 
 def run_spark(bench: str, path: Path, opts: dict) -> tuple[float, dict]:
     from dcaudit.audits import spark_engine as se
-    from dcaudit.audits.claims import parse_claim
     from dcaudit.audits.evidence import EvidenceMap
     from dcaudit.audits.fibers import AuditLabels
+    from dcaudit.claims import parse_claim
 
     spark = se.session()
     df = se.read_table(spark, path)

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
 
 from dcaudit.audits import vision as va  # noqa: E402
-from dcaudit.connectors import vision as v  # noqa: E402
+from dcaudit.connectors import vision_models as vm  # noqa: E402
+from dcaudit.connectors import vision_predictions as vp  # noqa: E402
 
 
 def pandas_audit(table) -> dict:  # noqa: ANN001 - a pyarrow table
@@ -52,9 +53,10 @@ def pandas_audit(table) -> dict:  # noqa: ANN001 - a pyarrow table
 def audit(table):  # noqa: ANN001, ANN201
     con = duckdb.connect()
     con.register("preds_arrow", table)
-    view = v.validate_predictions(con, "preds_arrow", file="bench")
+    view = vp.validate_predictions(con, "preds_arrow", file="bench")
     suites = va.build_suites(con, view, ["all"])
-    return va.audit_predictions(con, view, source="vision-digits", suites=suites, model_order=v.DIGITS_MODELS)
+    return va.audit_predictions(con, view, source="vision-digits", evidence_sql=vp.image_evidence_sql(view),
+                                suites=suites, model_order=vm.DIGITS_MODELS)
 
 
 def headline(result) -> dict:  # noqa: ANN001
@@ -76,8 +78,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     rows, spread = [], []
     for seed in [int(s) for s in args.model_seeds.split(",")]:
-        protocol = replace(v.DigitsProtocol(), n_splits=args.splits, model_seed=seed)
-        run = v.run_digits(protocol, n_jobs=args.n_jobs)
+        protocol = replace(vm.DigitsProtocol(), n_splits=args.splits, model_seed=seed)
+        run = vm.run_digits(protocol, n_jobs=args.n_jobs)
         t = time.perf_counter()
         result = audit(run.table)
         audit_s = time.perf_counter() - t

@@ -1,25 +1,38 @@
-"""What every connector shares: where a source lives, fetching (mirror first, then download with a
-hash check and a progress bar), and writing normalised Parquet with provenance in its metadata.
+"""The connector contract and what every connector shares.
 
-Every connector module has the same shape:
+A **connector** turns one upstream source into normalised Parquet tables. Each is one module under
+``connectors/`` that ends with a :class:`SourceConnector` named ``CONNECTOR`` and satisfies the
+:class:`Connector` protocol:
 
-* ``SOURCE``: a :class:`SourceFile` per upstream file (URL, hash, licence, citation, mirror path);
-* ``prepare(settings) -> PreparedSource``: fetch, verify, normalise to ``tables/<source>/*.parquet``
-  (reused while the input hash is unchanged) and return the tables and their input hashes.
+* ``name`` — the source name a spec's ``[source]`` (or ``dcaudit run NAME``) uses;
+* ``Options`` — a frozen dataclass of the ``[source]`` options it accepts; :func:`parse_options`
+  turns a spec's table into it (an unknown option or a wrong type is one clean :class:`SpecError`);
+* ``sources`` — the upstream files it reads (:class:`SourceFile`: URL, hash, licence, citation);
+* ``prepare(settings, options) -> PreparedSource`` — fetch (mirror first, then a verified download),
+  normalise to ``$DCAUDIT_HOME/tables/<source>/`` (reused while the inputs are unchanged), and return
+  the tables, their input hashes and the findings (``dcaudit.findings`` schema).
+
+How to write one, and every connector's options and finding kinds: docs/connectors.md.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pyarrow.parquet as pq
+from typing import Any, Generic, Protocol, TypeVar
 
 from dcaudit.config import Settings
-from dcaudit.errors import IntegrityError, MissingSourceError
+from dcaudit.errors import IntegrityError, MissingSourceError, SpecError
+from dcaudit.storage import cached_table, md5_file, sha256_file
+
+__all__ = ["Connector", "FetchedFile", "NoOptions", "PreparedSource", "SourceConnector", "SourceFile",
+           "cached_table", "fetch", "parse_options", "provenance", "sha256_file", "verified_sha256"]
 
 
 @dataclass(frozen=True)
@@ -27,10 +40,17 @@ class SourceFile:
     name: str                      # file name in raw/ and in the mirror directory
     url: str                       # canonical download address
     mirror_paths: tuple[str, ...]  # paths relative to $DCAUDIT_MIRROR, tried in order
-    sha256: str | None = None      # of the downloaded bytes, when upstream bytes are stable
-    md5: str | None = None
+    sha256: str | None = None      # of the bytes (download, and the mirror's first path), when stable
+    md5: str | None = None         # checked when there is no sha256
     licence: str = ""
     citation: str = ""
+    hash_origin: str = ""          # where the hash comes from, for the error message
+
+    def manifest_entry(self) -> dict[str, str]:
+        """What the run's manifest records about this file (empty fields left out)."""
+        row = {"name": self.name, "url": self.url, "sha256": self.sha256, "md5": self.md5,
+               "licence": self.licence, "citation": self.citation}
+        return {k: v for k, v in row.items() if v}
 
 
 @dataclass(frozen=True)
@@ -43,46 +63,161 @@ class FetchedFile:
 
 @dataclass(frozen=True)
 class PreparedSource:
-    """A connector's output: named Parquet tables plus the hashes of everything they came from."""
+    """A connector's output: named Parquet tables, the hashes of everything they came from, and findings."""
 
     name: str
     tables: dict[str, Path]
     inputs: dict[str, str]                       # input name -> sha256
-    reports: dict[str, Path] = field(default_factory=dict)  # findings tables (duplicates, invalid rows)
+    findings: Path | None = None                 # Parquet in the dcaudit.findings schema
+    reports: dict[str, Path] = field(default_factory=dict)  # connector-specific detail tables (not audited)
     notes: tuple[str, ...] = ()
+    sources: tuple[SourceFile, ...] = ()         # the upstream files read (written into the run manifest)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+OptionsT = TypeVar("OptionsT")
+
+
+class Connector(Protocol):
+    """The contract every source follows (see the module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def Options(self) -> type: ...  # noqa: N802 - the options dataclass, named like a class
+
+    @property
+    def sources(self) -> tuple[SourceFile, ...]: ...
+
+    def prepare(self, settings: Settings, options: Any = None) -> PreparedSource: ...
+
+
+@dataclass(frozen=True)
+class SourceConnector(Generic[OptionsT]):
+    """The usual way to satisfy :class:`Connector`: a module's ``CONNECTOR = SourceConnector(...)``."""
+
+    name: str
+    Options: type[OptionsT]
+    sources: tuple[SourceFile, ...]
+    run: Callable[[Settings, OptionsT], PreparedSource]
+
+    def prepare(self, settings: Settings, options: OptionsT | None = None) -> PreparedSource:
+        return self.run(settings, self.Options() if options is None else options)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """For connectors that take no ``[source]`` options."""
+
+
+def _describe(tp: object) -> str:
+    if tp is str:
+        return "a string"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    return str(tp)
+
+
+def _coerce(value: object, tp: object) -> object:
+    """``value`` as ``tp`` (str, bool, int, float, tuple[X, ...], X | None); ValueError when it is not."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg)
+            except ValueError:
+                continue
+        raise ValueError
+    if origin is tuple:
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError
+        return tuple(_coerce(v, args[0]) for v in items)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ValueError
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError
+    return value
+
+
+def parse_options(connector: str, options_type: type[OptionsT], raw: Mapping[str, object] | None) -> OptionsT:
+    """A spec's ``[source]`` options as ``options_type``; unknown names and wrong types are one SpecError."""
+    raw = dict(raw or {})
+    fields = {f.name: f for f in dataclasses.fields(options_type)}  # type: ignore[arg-type]
+    allowed = ", ".join(fields) or "none"
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise SpecError(f"[source] connector {connector!r}: unknown option(s) {', '.join(unknown)}; "
+                        f"allowed: {allowed}")
+    hints = typing.get_type_hints(options_type)
+    values = {}
+    for key, value in raw.items():
+        try:
+            values[key] = _coerce(value, hints[key])
+        except (ValueError, TypeError):
+            raise SpecError(f"[source] connector {connector!r}: option {key} must be {_describe(hints[key])}, "
+                            f"got {value!r}") from None
+    return options_type(**values)
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def fetch(source: SourceFile, settings: Settings, *, verify_bytes: bool = True) -> FetchedFile:
-    """The mirror copy if there is one, else a verified download into ``raw/``.
+def verified_sha256(path: Path, source: SourceFile) -> str:
+    """The file's sha256, after checking it against the source's sha256 (or, without one, its md5)."""
+    digest = sha256_file(path)
+    why = f" ({source.hash_origin})" if source.hash_origin else ""
+    if source.sha256 and digest != source.sha256:
+        raise IntegrityError(f"{path} has sha256 {digest}, expected {source.sha256}{why}: it is truncated or "
+                             "modified; restore it from the origin")
+    if not source.sha256 and source.md5 and (md5 := md5_file(path)) != source.md5:
+        raise IntegrityError(f"{path} has md5 {md5}, expected {source.md5}{why}: it is truncated, modified or "
+                             "another version; restore it from the origin")
+    return digest
 
-    Mirror files are read in place (never copied). Downloads are checked against ``sha256``/``md5``
-    when the connector knows them; connectors whose upstream bytes vary verify content instead.
+
+def fetch(source: SourceFile, settings: Settings) -> FetchedFile:
+    """The mirror copy if there is one, else the copy in ``raw/``, else a download into ``raw/``.
+
+    Mirror files are read in place (never copied). Every copy is checked against the source's sha256
+    (or md5) when the connector knows one — for the mirror, the file at the first mirror path or named
+    like the source (other mirror paths may hold another encoding of the data); connectors whose upstream
+    bytes vary, or whose hash is unknown, verify the content instead.
     """
     if settings.mirror is not None:
         for rel in source.mirror_paths:
             candidate = settings.mirror / rel
             if candidate.is_file():
-                digest = sha256_file(candidate)
-                if verify_bytes and source.sha256 and rel.endswith(source.name) and digest != source.sha256:
-                    raise IntegrityError(
-                        f"mirror file {candidate} has sha256 {digest}, expected {source.sha256}: it is "
-                        "truncated or modified; restore it from the origin")
+                hashed = rel == source.mirror_paths[0] or rel.endswith(source.name)
+                digest = verified_sha256(candidate, source) if hashed else sha256_file(candidate)
                 return FetchedFile(candidate, digest, f"mirror:{candidate}", _now())
     cached = settings.raw_dir / source.name
     if cached.is_file():
-        return FetchedFile(cached, sha256_file(cached), source.url, _mtime(cached))
+        return FetchedFile(cached, verified_sha256(cached, source), source.url, _mtime(cached))
     if settings.offline:
         raise MissingSourceError(_missing_message(source, settings))
     return _download(source, settings)
@@ -102,13 +237,13 @@ def _missing_message(source: SourceFile, settings: Settings) -> str:
 def _download(source: SourceFile, settings: Settings) -> FetchedFile:
     import pooch
 
-    from dcaudit.reports.console import PoochProgress
+    from dcaudit.progress import DownloadProgress
 
     known = f"sha256:{source.sha256}" if source.sha256 else (f"md5:{source.md5}" if source.md5 else None)
     settings.raw_dir.mkdir(parents=True, exist_ok=True)
     try:
         path = pooch.retrieve(source.url, known_hash=known, fname=source.name, path=settings.raw_dir,
-                              progressbar=PoochProgress(source.name))
+                              progressbar=DownloadProgress(source.name))
     except ValueError as exc:  # pooch raises ValueError on a hash mismatch and deletes the file
         raise IntegrityError(f"download of {source.url} failed verification: {exc}") from exc
     except Exception as exc:
@@ -130,20 +265,3 @@ def provenance(source: SourceFile, fetched: FetchedFile, **extra: object) -> dic
     }
     meta.update({f"dcaudit.{k}": v if isinstance(v, str) else json.dumps(v) for k, v in extra.items()})
     return meta
-
-
-def cached_table(path: Path, input_sha256: str, version: str | None, *,
-                 key_field: str = "dcaudit.sha256") -> bool:
-    """True when ``path`` exists, reads, and was derived from this input by this normaliser version.
-
-    ``key_field`` names the metadata entry holding the input key (a file's sha256, a digest of several, a
-    protocol hash); ``version=None`` skips the normaliser-version check.
-    """
-    if not path.is_file():
-        return False
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except Exception:  # a corrupt table is re-derived, never trusted
-        return False
-    return (meta.get(key_field.encode(), b"").decode() == input_sha256
-            and (version is None or meta.get(b"dcaudit.normaliser", b"").decode() == version))

@@ -29,11 +29,14 @@ Tables written to ``$DCAUDIT_HOME/tables/jarvis/``:
 * ``models.parquet`` — one row per (model, property): ``file, header, sha256, sha256_verified, n_rows,
   n_used, mae`` (benchmark MAE over the used rows) and ``mae_by_position`` (the same, had the second
   column been read as the prediction: 0 for the ``id,target,prediction`` files);
-* ``findings.parquet`` — ``file, model, property, issue, jid, value, row, detail``. Issues:
+* ``jarvis_findings.parquet`` — ``file, model, property, issue, jid, value, row, detail`` (the
+  connector's detailed view); the same rows, plus one ``target_column_is_reference`` row per file whose
+  ``target`` column holds the benchmark values, are the run's findings (``findings.parquet``, the
+  ``dcaudit.findings`` schema, ``kind`` = the issue, ``candidate_id`` = the jid). Issues:
   ``id_outside_test_split``, ``duplicate_id``, ``non_numeric``, ``nan``, ``missing_value``,
   ``missing_id``, ``target_differs_from_benchmark``, ``leak_identical_to_reference``,
-  ``unknown_model``, and ``id_in_several_splits`` for benchmark ids the upstream file lists in two
-  splits (a train/test overlap; the test entry is used).
+  ``unknown_model``, ``id_in_several_splits`` for benchmark ids the upstream file lists in two
+  splits (a train/test overlap; the test entry is used), and ``target_column_is_reference``.
 """
 
 from __future__ import annotations
@@ -50,20 +53,22 @@ from pathlib import Path
 
 import polars as pl
 
+from dcaudit import findings as findings_schema
 from dcaudit.config import Settings
 from dcaudit.connectors.base import (
     FetchedFile,
     PreparedSource,
+    SourceConnector,
     SourceFile,
     cached_table,
     fetch,
     sha256_file,
 )
-from dcaudit.errors import InputError, IntegrityError, MissingSourceError, SpecError
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.errors import InputError, MissingSourceError, SpecError
+from dcaudit.storage import write_table_atomic
 
 NAME = "jarvis"
-NORMALISER = "jarvis-2"
+NORMALISER = "jarvis-3"
 COMMIT = "57afc55f94c8a6f4562f73a3173968cd4b2f83b1"  # usnistgov/jarvis_leaderboard, 2025-08-25
 RAW = f"https://raw.githubusercontent.com/usnistgov/jarvis_leaderboard/{COMMIT}/jarvis_leaderboard"
 LICENCE = "NIST terms (US-government work, not subject to US copyright); see LICENSE.rst of jarvis_leaderboard"
@@ -73,11 +78,6 @@ DEFAULT_PROPERTIES = ("formation_energy_peratom", "optb88vdw_bandgap", "ehull", 
 SPLITS = ("train", "val", "test")
 CONTRIB_DIR = "jarvis_leaderboard/contributions"
 BENCH_DIR = "benchmarks/AI/SinglePropertyPrediction"
-ISSUES = ("id_outside_test_split", "duplicate_id", "non_numeric", "nan", "missing_value", "missing_id",
-          "target_differs_from_benchmark", "leak_identical_to_reference", "unknown_model", "id_in_several_splits")
-# Issues that keep a row out of the audit table (the others are reported only).
-EXCLUDING = ("id_outside_test_split", "duplicate_id", "non_numeric", "nan", "missing_value",
-             "leak_identical_to_reference")
 # Two values closer than this are "identical" (CSV round-trips of the same float).
 _IDENTICAL = 1e-9
 
@@ -179,7 +179,7 @@ def prediction_source(model: str, prop: str) -> PredictionFile:
         url=f"{RAW}/contributions/{model}/{fname}",
         mirror_paths=(f"{CONTRIB_DIR}/{model}/{fname}",),
         sha256=KNOWN_SHA256.get((model, prop)),
-        licence=LICENCE, citation=CITATION))
+        licence=LICENCE, citation=CITATION, hash_origin=f"the file at jarvis_leaderboard commit {COMMIT[:8]}"))
 
 
 def truth_source(prop: str) -> SourceFile:
@@ -217,15 +217,6 @@ def fetch_truth(prop: str, settings: Settings) -> FetchedFile:
     except MissingSourceError as exc:
         raise MissingSourceError(f"no truth for dft_3d property {prop!r}: install the extra 'materials' "
                                  f"(jarvis-leaderboard ships it offline) or {exc}") from exc
-
-
-def fetch_prediction(pf: PredictionFile, settings: Settings) -> FetchedFile:
-    fetched = fetch(pf.source, settings)
-    if pf.source.sha256 and fetched.sha256 != pf.source.sha256:
-        raise IntegrityError(f"{fetched.path} has sha256 {fetched.sha256}, expected {pf.source.sha256} "
-                             f"(the file at jarvis_leaderboard commit {COMMIT[:8]}): it is truncated or modified; "
-                             "restore it from the origin")
-    return fetched
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -295,7 +286,7 @@ def read_prediction_file(path: Path, *, model: str, prop: str, label: str | None
         pl.col(by_name["id"]).str.strip_chars().alias("jid"),
         pl.col(by_name["prediction"]).alias("raw"),
         target.alias("target_in_file"),
-        # kept to show what reading by position would have taken as the prediction (PAPER-NOTES §8 item 5)
+        # kept to show what reading by position would have taken as the prediction (docs/connectors.md, jarvis)
         pl.lit(",".join(df.columns)).alias("header"),
         second.alias("second_column"),
     )
@@ -401,6 +392,20 @@ def validate(rows: pl.DataFrame, truth: pl.DataFrame, *, known_models: Iterable[
         pl.lit(None, pl.Utf8).alias("value"), pl.lit(None, pl.Int64).alias("row"),
         pl.lit(f"not a contribution this connector knows at jarvis_leaderboard commit {COMMIT[:8]}; its bytes "
                "are not checked against a published hash (used, and reported here)").alias("detail")))
+    # The paper's reader took a file's second column for the prediction: in id,target,prediction files
+    # that column is the benchmark's own value (MAE 0 by position). One finding per such file.
+    in_file = df.filter(pl.col("target_in_file").is_not_null() & pl.col("_in_test").is_not_null())
+    reference = (in_file.group_by("file", "model", "property").agg(
+        pl.len().alias("n"), _close(pl.col("target_in_file"), tgt, pl.col("target")).sum().alias("n_same"),
+        pl.col("header").first())
+        .filter((pl.col("header").str.split(",").list.get(1, null_on_oob=True).str.strip_chars().str.to_lowercase()
+                 == "target") & (pl.col("n_same") >= 0.99 * pl.col("n"))))
+    parts.append(reference.select(
+        "file", "model", "property", pl.lit("target_column_is_reference").alias("issue"),
+        pl.lit(None, pl.Utf8).alias("jid"), pl.lit(None, pl.Utf8).alias("value"), pl.lit(None, pl.Int64).alias("row"),
+        pl.format("header {}: the second column ('target') equals the benchmark value in {} of {} test rows; a "
+                  "reader by position takes the reference for the prediction (MAE 0); read by name, the "
+                  "prediction column is used", "header", "n_same", "n").alias("detail")))
     findings = pl.concat([p.cast(_FINDINGS_SCHEMA) for p in parts]).sort("file", "issue", "row", "jid",
                                                                          nulls_last=True)
 
@@ -524,45 +529,60 @@ def test_truth_table(truth: pl.DataFrame) -> pl.DataFrame:
     """One row per material in any test split; ``<property>`` only where the material is in that test split.
 
     Complete cases over several properties are the intersection of their test splits (e.g. the 187
-    materials with formation energy, optB88vdW gap and MBJ gap of PAPER-NOTES §6.3).
+    materials with formation energy, optB88vdW gap and MBJ gap the paper adds the MBJ probe on).
     """
     test = truth.filter(pl.col("split") == "test").unique(["jid", "property"], keep="first")
     return test.pivot(on="property", index="jid", values="target").sort("jid")
 
 
 TABLES = ("jarvis", "test_truth", "predictions", "truth", "models")
-REPORTS = ("findings",)
+REPORTS = ("jarvis_findings", "findings")
 
 
-def _names(value: str | Sequence[str] | None, key: str) -> tuple[str, ...] | None:
-    if value is None or value == "all":
-        return None
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    if not all(isinstance(v, str) for v in value):
-        raise SpecError(f"[source] {key} must be \"all\" or a list of names, got {value!r}")
-    return tuple(value)
+@dataclass(frozen=True)
+class Options:
+    """``[source]`` options: ``properties`` (dft_3d properties to load, truth and predictions);
+    ``models`` (``"all"`` or a list; an unknown name is an error with suggestions); ``require``
+    (properties a model needs prediction files for to enter the audit table — its files are
+    validated and tabled either way)."""
+
+    properties: tuple[str, ...] = DEFAULT_PROPERTIES
+    models: tuple[str, ...] | None = None
+    require: tuple[str, ...] = ()
 
 
-def prepare(settings: Settings, *, properties: str | Sequence[str] = DEFAULT_PROPERTIES,
-            models: str | Sequence[str] | None = None,
-            require: str | Sequence[str] | None = None) -> PreparedSource:
-    """Fetch, validate and normalise; options come from a spec's ``[source]`` table.
+def _all_or(names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    return None if names is None or names == ("all",) else names
 
-    ``properties``: the dft_3d properties to load (truth and predictions); ``models``: ``"all"`` or
-    a list (an unknown name is an error with suggestions); ``require``: properties a model must have
-    a prediction file for to enter the audit table (its files are validated and tabled either way).
-    """
-    properties = _names(properties, "properties") or DEFAULT_PROPERTIES
-    properties = tuple(dict.fromkeys(properties))
-    required = _names(require, "require") or ()
+
+def as_findings(detail: pl.DataFrame) -> pl.DataFrame:
+    """The connector's findings table in the common schema (``kind`` = issue, ``candidate_id`` = jid)."""
+    column = (pl.when(pl.col("issue") == "target_column_is_reference").then(pl.lit("target"))
+              .when(pl.col("issue") == "target_differs_from_benchmark").then(pl.lit("target"))
+              .when(pl.col("issue").is_in(["id_outside_test_split", "duplicate_id", "missing_id",
+                                           "id_in_several_splits"])).then(pl.lit("id"))
+              .when(pl.col("issue").is_in(["non_numeric", "nan", "missing_value"])).then(pl.lit("prediction")))
+    value = pl.when(pl.col("value").is_not_null()).then(pl.format(" (value {})", "value")).otherwise(pl.lit(""))
+    scope = pl.when(pl.col("model").is_not_null()).then(pl.format("{} / {}: ", "model", "property")) \
+        .otherwise(pl.format("{}: ", "property"))
+    return findings_schema.conform(detail.select(
+        pl.lit(NAME).alias("source"), "file", "row", column.alias("column"), pl.col("issue").alias("kind"),
+        pl.concat_str([scope, pl.col("detail").fill_null(""), value]).alias("detail"),
+        pl.col("jid").alias("candidate_id")))
+
+
+def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
+    """Fetch, validate and normalise (see the module docstring and :class:`Options`)."""
+    options = options or Options()
+    properties = tuple(dict.fromkeys(options.properties or DEFAULT_PROPERTIES))
+    required = options.require
     unknown = [p for p in required if p not in properties]
     if unknown:
         raise SpecError(f"[source] require names {unknown}, which are not among the loaded properties "
                         f"{list(properties)}")
-    files = select_models(discover(settings, properties), _names(models, "models"))
+    files = select_models(discover(settings, properties), _all_or(options.models))
     truths = {p: fetch_truth(p, settings) for p in properties}
-    fetched = {pf.label: fetch_prediction(pf, settings) for pf in files}
+    fetched = {pf.label: fetch(pf.source, settings) for pf in files}
     inputs = {f"benchmarks/{truth_file_name(p)}": f.sha256 for p, f in truths.items()}
     inputs.update({label: f.sha256 for label, f in fetched.items()})
     by_model: dict[str, set[str]] = {}
@@ -592,19 +612,22 @@ def prepare(settings: Settings, *, properties: str | Sequence[str] = DEFAULT_PRO
                 "dcaudit.url": RAW, "dcaudit.licence": LICENCE, "dcaudit.citation": CITATION,
                 "dcaudit.inputs": json.dumps({k: {"sha256": v} for k, v in inputs.items()}),
                 "dcaudit.truth_origin": json.dumps({p: f.origin for p, f in truths.items()})}
-        frames = {"findings": pl.concat([truth_findings(truth), checked.findings]), "truth": truth,
+        detail = pl.concat([truth_findings(truth), checked.findings])
+        frames = {"jarvis_findings": detail, "findings": as_findings(detail), "truth": truth,
                   "test_truth": test_truth_table(truth), "predictions": checked.predictions,
                   "models": model_table, "jarvis": wide}
         for name, frame in frames.items():  # jarvis last: its presence marks a complete set
             write_table_atomic(frame.to_arrow(), paths[name], meta)
-    findings = pl.read_parquet(paths["findings"])
-    counts = findings.group_by("issue").len().sort("issue")
-    summary = ", ".join(f"{r['issue']} {r['len']}" for r in counts.iter_rows(named=True)) or "none"
     notes.append(f"jarvis: {'reused' if reused else 'normalised'} {len(files)} prediction files and "
-                 f"{len(properties)} truth files -> {out_dir}; findings: {summary}")
+                 f"{len(properties)} truth files -> {out_dir}")
     left_out = sorted(set(by_model) - set(audited))
     if left_out:
         notes.append(f"jarvis: {len(audited)} models have predictions for all of {list(required)} and form the "
                      f"audit table; left out (validated, in models/predictions): {', '.join(left_out)}")
     return PreparedSource(name=NAME, tables={name: paths[name] for name in TABLES}, inputs=inputs,
-                          reports={"findings": paths["findings"]}, notes=tuple(notes))
+                          findings=paths["findings"], reports={"findings": paths["jarvis_findings"]},
+                          notes=tuple(notes), sources=tuple(truth_source(p) for p in properties)
+                          + tuple(pf.source for pf in files))
+
+
+CONNECTOR = SourceConnector(NAME, Options, tuple(truth_source(p) for p in DEFAULT_PROPERTIES), prepare)

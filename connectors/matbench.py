@@ -41,10 +41,19 @@ from pathlib import Path
 
 import polars as pl
 
+from dcaudit import findings as findings_schema
 from dcaudit.config import Settings
-from dcaudit.connectors.base import FetchedFile, PreparedSource, SourceFile, cached_table, fetch, provenance
-from dcaudit.errors import InputError, IntegrityError, MissingSourceError, require
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.connectors.base import (
+    FetchedFile,
+    PreparedSource,
+    SourceConnector,
+    SourceFile,
+    cached_table,
+    fetch,
+    provenance,
+)
+from dcaudit.errors import InputError, MissingSourceError, require
+from dcaudit.storage import write_table_atomic
 
 NORMALISER = "matbench-1"
 COMMIT = "936176db18ca4cd7b38cbd957c017a5bac770c6b"
@@ -121,6 +130,8 @@ MIRROR_SHA256: dict[str, str] = {
     "benchmarks/matbench_v0.1_rf/results.json.gz": "7e11700d423dce8a842d469fb6e63cb1f27662e7175abfd4551835669774ad00",
 }
 
+MANIFEST = "the mirror's MANIFEST.md"
+
 # Every v0.1 leaderboard submission at COMMIT; the six marked large (>= 4 MiB) are not in the mirror.
 SUBMISSIONS: tuple[str, ...] = (
     "Auto-sklearn", "Ax_10_90_CrabNet_v1.2.7", "Ax_CrabNet_v1.2.1", "Ax_SAASBO_CrabNet_v1.2.7", "CrabNet",
@@ -136,7 +147,7 @@ FOLDS = SourceFile(
     name="matbench_v0.1_validation.json.gz",
     url=f"{RAW}/matbench/matbench_v0.1_validation.json",
     mirror_paths=("matbench/matbench_v0.1_validation.json.gz",),
-    licence=LICENCE, citation=CITATION,
+    licence=LICENCE, citation=CITATION,  # the mirror re-gzipped its copy: no one sha256 fits both; read checks it
 )
 
 FINDING_SCHEMA = {"source": pl.Utf8, "file": pl.Utf8, "task": pl.Utf8, "submission": pl.Utf8,
@@ -148,27 +159,18 @@ def dataset_source(task: str) -> SourceFile:
     rel = f"datasets/matbench_{task}.json.bz2"
     return SourceFile(name=f"matbench_{task}.json.bz2", url=f"{RAW}/scripts/artifacts/matbench_{task}.json.bz2",
                       mirror_paths=(f"matbench/{rel}",), sha256=MIRROR_SHA256[rel], licence=LICENCE,
-                      citation=CITATION)
+                      citation=CITATION, hash_origin=MANIFEST)
 
 
 def results_source(submission: str) -> SourceFile:
     rel = f"benchmarks/matbench_v0.1_{submission}/results.json.gz"
     return SourceFile(name=f"matbench_v0.1_{submission}-results.json.gz", url=f"{RAW}/{rel}",
                       mirror_paths=(f"matbench/{rel}",), sha256=MIRROR_SHA256.get(rel), licence=LICENCE,
-                      citation=CITATION)
+                      citation=CITATION, hash_origin=MANIFEST)
 
 
 def findings_frame(rows: Iterable[dict]) -> pl.DataFrame:
     return pl.DataFrame([{k: r.get(k) for k in FINDING_SCHEMA} for r in rows], schema=FINDING_SCHEMA)
-
-
-def fetch_verified(source: SourceFile, settings: Settings) -> FetchedFile:
-    """``fetch`` plus the check every mirror and download must pass: the sha256 we know for it."""
-    fetched = fetch(source, settings, verify_bytes=False)
-    if source.sha256 and fetched.sha256 != source.sha256:
-        raise IntegrityError(f"{fetched.path} has sha256 {fetched.sha256}, expected {source.sha256} (the "
-                             "mirror's MANIFEST.md): it is truncated or modified; restore it from the origin")
-    return fetched
 
 
 # --------------------------------------------------------------------------------------------- reading
@@ -488,7 +490,7 @@ def _task_table(task: str, settings: Settings, folds: pl.DataFrame, folds_sha: s
     """Normalise one task (reused while its input hashes are unchanged); returns (path, sha, findings)."""
     src = dataset_source(task)
     try:
-        fetched = fetch_verified(src, settings)
+        fetched = fetch(src, settings)
     except MissingSourceError:
         fetched = None
     path = out_dir / f"{task}.parquet"
@@ -554,7 +556,7 @@ def _leaderboard_tables(predictions: Path, task_paths: dict[str, Path], out_dir:
 def _feature_tables(settings: Settings, task_paths: dict[str, Path], features: Sequence[str] | str,
                     out_dir: Path, inputs: dict[str, str]) -> tuple[dict[str, Path], list[str]]:
     """``<task>`` tables with Magpie columns joined on reduced_formula (featurised once per formula)."""
-    from dcaudit.connectors import magpie
+    from dcaudit.features import magpie
 
     wanted = list(magpie.COLUMNS) if features == "all" else list(features)
     unknown = [c for c in wanted if c not in magpie.COLUMNS]
@@ -578,17 +580,62 @@ def _feature_tables(settings: Settings, task_paths: dict[str, Path], features: S
     return out, notes
 
 
-def prepare(settings: Settings, *, tasks: Sequence[str] | None = None, submissions: Sequence[str] | None = None,
-            features: Sequence[str] | str | None = None) -> PreparedSource:
-    """Normalise the tasks (default all 13), the leaderboard predictions (default every submission)
-    and, with ``features`` (Magpie column names or "all"), join Magpie features to the task tables.
+@dataclass(frozen=True)
+class Options:
+    """``[source]`` options: ``tasks`` (default all 13), ``submissions`` (default every v0.1 leaderboard
+    submission) and ``features`` (Magpie column names, or ``"all"``, joined to the task tables)."""
+
+    tasks: tuple[str, ...] | None = None
+    submissions: tuple[str, ...] | None = None
+    features: tuple[str, ...] | None = None
+
+
+# Readable issue text -> finding kind (texts not listed become their snake_case slug).
+KINDS = {
+    "target is not true/false": "target_not_boolean", "target: NaN": "target_nan",
+    "target: missing value": "target_missing", "target: non-numeric value": "target_non_numeric",
+    "spg_num: NaN": "spg_num_nan", "spg_num: missing value": "spg_num_missing",
+    "spg_num: non-numeric value": "spg_num_non_numeric", "composition does not parse": "composition_unparsable",
+    "composition is empty": "composition_empty", "id in more than one test fold": "id_in_several_test_folds",
+    "id in no official test fold": "id_in_no_test_fold", "fold id not in the dataset": "fold_id_not_in_dataset",
+    "not a Matbench v0.1 task": "unknown_task", "id predicted twice in one fold": "id_predicted_twice_in_fold",
+    "prediction: NaN": "prediction_nan", "prediction: missing value": "prediction_missing",
+    "prediction: non-numeric value": "prediction_non_numeric", "id not in the task": "id_not_in_task",
+    "id predicted in more than one fold": "id_predicted_in_several_folds",
+    "id predicted in a fold whose test set lacks it": "id_predicted_in_wrong_fold",
+    "test id without a prediction": "test_id_without_prediction", "results not available": "results_not_available",
+}
+
+
+def as_findings(detail: pl.DataFrame) -> pl.DataFrame:
+    """The connector's findings in the common schema: kind from :data:`KINDS`, context in ``detail``."""
+    where = pl.concat_str([pl.col("task").fill_null(""),
+                           pl.when(pl.col("submission").is_not_null()).then(pl.format(" / {}", "submission"))
+                           .otherwise(pl.lit("")),
+                           pl.when(pl.col("fold").is_not_null()).then(pl.format(" fold {}", "fold"))
+                           .otherwise(pl.lit(""))])
+    text = pl.concat_str([where, pl.lit(": "), pl.col("issue"),
+                          pl.when(pl.col("value").is_not_null()).then(pl.format(" (value {})", "value"))
+                          .otherwise(pl.lit("")),
+                          pl.when(pl.col("action").is_not_null()).then(pl.format("; {}", "action"))
+                          .otherwise(pl.lit(""))]).str.strip_chars_start(": ")
+    return findings_schema.conform(detail.select(
+        pl.lit("matbench").alias("source"), "file", "row", "column", findings_schema.kind(pl.col("issue"), KINDS)
+        .alias("kind"), text.alias("detail"), pl.col("mbid").alias("candidate_id")))
+
+
+def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
+    """Normalise the tasks, the leaderboard predictions and, with ``features``, join Magpie features.
 
     Tables: ``<task>`` (one row per material), ``predictions`` (long) and ``leaderboard_<task>``
     (usable predictions with the truth, for ``per = "submission"`` audits).
     """
+    options = options or Options()
+    tasks, submissions = options.tasks, options.submissions
+    features: Sequence[str] | str | None = "all" if options.features == ("all",) else options.features
     tasks, subs = _check_request(tasks, submissions)
     out_dir = settings.tables_dir / "matbench"
-    folds_file = fetch_verified(FOLDS, settings)
+    folds_file = fetch(FOLDS, settings)
     folds = read_folds(folds_file.path)
     task_paths: dict[str, Path] = {}
     inputs: dict[str, str] = {FOLDS.name: folds_file.sha256}
@@ -602,7 +649,7 @@ def prepare(settings: Settings, *, tasks: Sequence[str] | None = None, submissio
     fetched: dict[str, FetchedFile] = {}
     for sub in subs:
         try:
-            fetched[sub] = fetch_verified(results_source(sub), settings)
+            fetched[sub] = fetch(results_source(sub), settings)
         except MissingSourceError as exc:  # the six large submissions are not mirrored
             findings.append(findings_frame([{"source": "matbench", "submission": sub, "file":
                                              results_source(sub).url, "issue": "results not available",
@@ -638,10 +685,12 @@ def prepare(settings: Settings, *, tasks: Sequence[str] | None = None, submissio
     tables["predictions"] = pred_path
     tables.update(_leaderboard_tables(pred_path, task_paths, out_dir, key))
     all_findings = pl.concat([*findings, pred_findings])
-    findings_path = out_dir / "findings.parquet"
-    write_table_atomic(all_findings.to_arrow(), findings_path, {"dcaudit.input_key": key})
-    if all_findings.height:
-        notes.append(f"matbench: {all_findings.height} finding(s) in {findings_path} "
-                     f"({', '.join(f'{n} x {i}' for i, n in all_findings.group_by('issue').len().iter_rows())})")
-    return PreparedSource(name="matbench", tables=tables, inputs=inputs, reports={"findings": findings_path},
-                          notes=tuple(notes))
+    detail_path, findings_path = out_dir / "matbench_findings.parquet", out_dir / "findings.parquet"
+    write_table_atomic(all_findings.to_arrow(), detail_path, {"dcaudit.input_key": key})
+    write_table_atomic(findings_schema.to_arrow(as_findings(all_findings)), findings_path, {"dcaudit.input_key": key})
+    return PreparedSource(name="matbench", tables=tables, inputs=inputs, findings=findings_path,
+                          reports={"findings": detail_path}, notes=tuple(notes),
+                          sources=(FOLDS, *(dataset_source(t) for t in tasks), *(results_source(s) for s in subs)))
+
+
+CONNECTOR = SourceConnector("matbench", Options, (FOLDS, *(dataset_source(t) for t in TASKS)), prepare)

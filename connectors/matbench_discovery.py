@@ -23,8 +23,9 @@ Tables (``$DCAUDIT_HOME/tables/matbench-discovery/``):
   ``e_form_per_atom`` (= ``e_form_per_atom_mp2020_corrected``), ``e_above_hull``
   (= ``e_above_hull_mp2020_corrected_ppd_mp``, upstream's stability target) and, when present, the
   paper's ``e_form_per_atom_wbm`` / ``e_above_hull_wbm``;
-* ``findings.parquet``: empty or non-numeric predictions, malformed or duplicate ids, |prediction| > 5
-  eV/atom (kept), ids outside the summary, models whose files are not available.
+* ``matbench_discovery_findings.parquet``: empty or non-numeric predictions, malformed or duplicate ids,
+  |prediction| > 5 eV/atom (kept), ids outside the summary, models whose files are not available; the
+  same rows in the ``dcaudit.findings`` schema are ``findings.parquet`` (kinds: :data:`KINDS`).
 """
 
 from __future__ import annotations
@@ -33,15 +34,24 @@ import csv
 import hashlib
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 
+from dcaudit import findings as findings_schema
 from dcaudit.config import Settings
-from dcaudit.connectors.base import FetchedFile, PreparedSource, SourceFile, fetch, provenance
-from dcaudit.errors import InputError, IntegrityError, MissingSourceError
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.connectors.base import (
+    FetchedFile,
+    PreparedSource,
+    SourceConnector,
+    SourceFile,
+    cached_table,
+    fetch,
+    provenance,
+)
+from dcaudit.errors import InputError, MissingSourceError
+from dcaudit.storage import write_table_atomic
 
 NORMALISER = "matbench-discovery-1"
 LICENCE = "MIT (janosh/matbench-discovery); WBM data CC-BY-4.0"
@@ -56,7 +66,7 @@ WBM_SUMMARY = SourceFile(
     mirror_paths=("matbench_discovery/wbm/2023-12-13-wbm-summary.csv.gz",
                   "matbench_discovery/2023-12-13-wbm-summary.csv.gz"),
     md5="1555268d3aa59d20262cb9d01ce0994b",
-    licence=LICENCE, citation=CITATION,
+    licence=LICENCE, citation=CITATION, hash_origin="upstream data-files.yml",
 )
 FIGSHARE_PAGE = "https://figshare.com/files/64706751"
 # normalised name -> column of the WBM summary (first one present wins)
@@ -101,14 +111,6 @@ def findings_frame(rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{k: r.get(k) for k in FINDING_SCHEMA} for r in rows], schema=FINDING_SCHEMA)
 
 
-def md5_file(path: Path) -> str:
-    h = hashlib.md5()  # noqa: S324 - upstream publishes md5, not a security use
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def missing_summary_message(settings: Settings) -> str:
     mirror = f"{settings.mirror}/{WBM_SUMMARY.mirror_paths[0]}" if settings.mirror else \
         f"$DCAUDIT_MIRROR/{WBM_SUMMARY.mirror_paths[0]}"
@@ -121,14 +123,9 @@ def missing_summary_message(settings: Settings) -> str:
 def fetch_summary(settings: Settings) -> FetchedFile:
     """The WBM summary, md5-checked; a clear MissingSourceError when it is nowhere to be had."""
     try:
-        fetched = fetch(WBM_SUMMARY, settings)
+        return fetch(WBM_SUMMARY, settings)
     except MissingSourceError as exc:
         raise MissingSourceError(missing_summary_message(settings)) from exc
-    digest = md5_file(fetched.path)
-    if digest != WBM_SUMMARY.md5:
-        raise IntegrityError(f"{fetched.path} has md5 {digest}, expected {WBM_SUMMARY.md5} (upstream data-files.yml): "
-                             "it is truncated, modified or another version of the WBM summary")
-    return fetched
 
 
 def read_summary(path: Path) -> pl.DataFrame:
@@ -241,7 +238,7 @@ def prediction_sources(settings: Settings, models: Sequence[str] | str | None = 
     """Every model we know a file for: the mirrored ones, plus (online) figshare-only models."""
     sources = {key: SourceFile(name=f"{key}-{Path(rel).name}", url=f"mirror:matbench_discovery/{rel}",
                                mirror_paths=(f"matbench_discovery/{rel}",), sha256=sha, licence=LICENCE,
-                               citation=CITATION)
+                               citation=CITATION, hash_origin="the mirror's MANIFEST.md")
                for key, (rel, sha, _) in MIRROR_PREDICTIONS.items()}
     mirrored = {_normal(k) for k in sources}
     for key, (url, md5) in _yaml_models(settings).items():
@@ -258,21 +255,13 @@ def prediction_sources(settings: Settings, models: Sequence[str] | str | None = 
     return {m: sources[m] for m in wanted}
 
 
-def _fetch_prediction(key: str, source: SourceFile, settings: Settings) -> FetchedFile:
-    fetched = fetch(source, settings, verify_bytes=False)
-    if source.sha256 and fetched.origin.startswith("mirror:") and fetched.sha256 != source.sha256:
-        raise IntegrityError(f"{fetched.path} has sha256 {fetched.sha256}, expected {source.sha256} (the mirror's "
-                             "MANIFEST.md): truncated or modified")
-    return fetched
-
-
 def load_predictions(settings: Settings, models: Sequence[str] | str | None = None,
                      ) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, str]]:
     """Every available model's predictions (long), findings, and input hashes. Unavailable models are findings."""
     parts, findings, inputs = [pl.DataFrame(schema=PREDICTION_SCHEMA)], [findings_frame([])], {}
     for key, source in prediction_sources(settings, models).items():
         try:
-            fetched = _fetch_prediction(key, source, settings)
+            fetched = fetch(source, settings)
         except MissingSourceError as exc:  # figshare-only models, offline
             findings.append(findings_frame([{"source": "matbench-discovery", "model": key, "file": source.url,
                                              "issue": "predictions not available", "value": str(exc)[:200],
@@ -287,26 +276,50 @@ def load_predictions(settings: Settings, models: Sequence[str] | str | None = No
 
 
 def _cached(path: Path, key: str) -> bool:
-    if not path.is_file():
-        return False
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except Exception:  # a corrupt table is re-derived
-        return False
-    return (meta.get(b"dcaudit.input_key", b"").decode() == key
-            and meta.get(b"dcaudit.normaliser", b"").decode() == NORMALISER)
+    return cached_table(path, key, NORMALISER, key_field="dcaudit.input_key")
 
 
-def prepare(settings: Settings, *, models: Sequence[str] | str | None = None) -> PreparedSource:
+@dataclass(frozen=True)
+class Options:
+    """``[source]`` options: ``models`` (``"all"`` or a list of model keys)."""
+
+    models: tuple[str, ...] | None = None
+
+
+KINDS = {
+    "empty material_id": "empty_id", "material_id is not wbm-<step>-<n>": "malformed_id",
+    "duplicate material_id": "duplicate_id", "empty prediction": "missing_prediction",
+    "NaN prediction": "nan_prediction", "non-numeric prediction": "non_numeric_prediction",
+    f"|prediction| > {EXTREME:g} eV/atom": "extreme_prediction", "id not in the WBM summary": "id_not_in_wbm_summary",
+    "predictions not available": "predictions_not_available",
+}
+
+
+def as_findings(detail: pl.DataFrame) -> pl.DataFrame:
+    """The connector's findings in the common schema (``candidate_id`` = material_id)."""
+    text = pl.concat_str([pl.col("model").fill_null(""), pl.lit(": "), pl.col("issue"),
+                          pl.when(pl.col("value").is_not_null()).then(pl.format(" (value {})", "value"))
+                          .otherwise(pl.lit("")),
+                          pl.when(pl.col("action").is_not_null()).then(pl.format("; {}", "action"))
+                          .otherwise(pl.lit(""))])
+    return findings_schema.conform(detail.select(
+        pl.lit("matbench-discovery").alias("source"), "file", "row", "column",
+        findings_schema.kind(pl.col("issue"), KINDS).alias("kind"), text.alias("detail"),
+        pl.col("material_id").alias("candidate_id")))
+
+
+def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
     """Predictions of every available model joined with the WBM summary; stops clearly without the summary."""
+    models = options.models if options is not None else None
+    models = None if models == ("all",) else models
     summary_file = fetch_summary(settings)  # first: without the truth there is nothing to audit
     out_dir = settings.tables_dir / "matbench-discovery"
     predictions, findings, inputs = load_predictions(settings, models)
     inputs[WBM_SUMMARY.name] = summary_file.sha256
     key = hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(inputs.items())).encode()).hexdigest()
     paths = {"discovery": out_dir / "discovery.parquet", "predictions": out_dir / "predictions.parquet"}
-    findings_path = out_dir / "findings.parquet"
-    if not (all(_cached(p, key) for p in paths.values()) and findings_path.is_file()):
+    detail_path, findings_path = out_dir / "matbench_discovery_findings.parquet", out_dir / "findings.parquet"
+    if not all(_cached(p, key) for p in (*paths.values(), detail_path, findings_path)):
         truth = read_summary(summary_file.path)
         outside = predictions.join(truth.select("material_id"), on="material_id", how="anti")
         findings = pl.concat([findings, outside.filter(pl.col("usable")).select(
@@ -321,9 +334,14 @@ def prepare(settings: Settings, *, models: Sequence[str] | str | None = None) ->
                           models=sorted(predictions["model"].unique().to_list()),
                           counts={"predictions": predictions.height, "joined": joined.height,
                                   "findings": findings.height})
-        write_table_atomic(findings.to_arrow(), findings_path, meta)
+        write_table_atomic(findings.to_arrow(), detail_path, meta)
+        write_table_atomic(findings_schema.to_arrow(as_findings(findings)), findings_path, meta)
         write_table_atomic(predictions.to_arrow(), paths["predictions"], meta)
         write_table_atomic(joined.to_arrow(), paths["discovery"], meta)
     n_models = pl.read_parquet(paths["predictions"], columns=["model"])["model"].n_unique()
-    return PreparedSource(name="matbench-discovery", tables=paths, inputs=inputs, reports={"findings": findings_path},
+    return PreparedSource(name="matbench-discovery", tables=paths, inputs=inputs, findings=findings_path,
+                          reports={"findings": detail_path}, sources=(WBM_SUMMARY,),
                           notes=(f"matbench-discovery: {n_models} model(s) joined with {WBM_SUMMARY.name}",))
+
+
+CONNECTOR = SourceConnector("matbench-discovery", Options, (WBM_SUMMARY,), prepare)

@@ -11,7 +11,10 @@ Tables written to ``$DCAUDIT_HOME/tables/tox21/``:
 * ``tox21.parquet`` — mol_id, smiles, canonical_smiles, inchikey, smiles_valid, smiles_error and the
   12 assays as nullable Int8 (1 active, 0 inactive, null not tested), in source order;
 * ``structure_duplicates.parquet`` — one row per (inchikey, mol_id) in a duplicate group, with
-  ``conflicting_assays`` listing assays on which the group's labels disagree.
+  ``conflicting_assays`` listing assays on which the group's labels disagree;
+* ``findings.parquet`` (the ``dcaudit.findings`` schema; ``row`` is the data row of ``tox21.csv``):
+  ``invalid_smiles``, ``structure_duplicate_conflicting_labels`` (one row per compound of a group
+  whose labels disagree on some assay) and ``structure_duplicate`` (groups whose labels agree).
 """
 
 from __future__ import annotations
@@ -21,17 +24,20 @@ from pathlib import Path
 
 import polars as pl
 
+from dcaudit import findings
 from dcaudit.config import Settings
 from dcaudit.connectors.base import (
     FetchedFile,
+    NoOptions,
     PreparedSource,
+    SourceConnector,
     SourceFile,
     cached_table,
     fetch,
     provenance,
 )
 from dcaudit.errors import InputError, IntegrityError, require
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.storage import write_table_atomic
 
 ASSAYS = (
     "NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma",
@@ -146,6 +152,27 @@ def structure_duplicates(df: pl.DataFrame) -> pl.DataFrame:
             .sort("inchikey", "mol_id"))
 
 
+def tox21_findings(table: pl.DataFrame, dups: pl.DataFrame, file: str) -> pl.DataFrame:
+    """Invalid SMILES and structure duplicates as findings (``row`` = data row in the CSV, 1-based)."""
+    rows = table.select("mol_id", pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("row"))
+    invalid = table.with_columns(rows["row"]).filter(~pl.col("smiles_valid")).select(
+        pl.lit("tox21").alias("source"), pl.lit(file).alias("file"), "row", pl.lit("smiles").alias("column"),
+        pl.lit("invalid_smiles").alias("kind"),
+        pl.format("{}: '{}'", pl.col("smiles_error"), pl.col("smiles").fill_null("")).alias("detail"),
+        pl.col("mol_id").alias("candidate_id"))
+    conflicting = pl.col("conflicting_assays").list.len() > 0
+    duplicates = dups.join(rows, on="mol_id", how="left").select(
+        pl.lit("tox21").alias("source"), pl.lit(file).alias("file"), "row", pl.lit("smiles").alias("column"),
+        pl.when(conflicting).then(pl.lit("structure_duplicate_conflicting_labels"))
+        .otherwise(pl.lit("structure_duplicate")).alias("kind"),
+        pl.when(conflicting).then(pl.format("InChIKey {} is shared by {} compounds whose labels disagree on {}",
+                                            "inchikey", "group_size", pl.col("conflicting_assays").list.join(", ")))
+        .otherwise(pl.format("InChIKey {} is shared by {} compounds with agreeing labels", "inchikey",
+                             "group_size")).alias("detail"),
+        pl.col("mol_id").alias("candidate_id"))
+    return findings.concat([invalid, duplicates])
+
+
 def normalise(fetched: FetchedFile, out_dir: Path, *, verify: bool = True) -> dict[str, Path]:
     df = read_labels(fetched.path)
     if verify:
@@ -159,16 +186,21 @@ def normalise(fetched: FetchedFile, out_dir: Path, *, verify: bool = True) -> di
     counts = {"rows": table.height, "invalid_smiles": int((~table["smiles_valid"]).sum()),
               "structure_duplicate_groups": dups["inchikey"].n_unique() if dups.height else 0}
     meta = provenance(SOURCE, fetched, normaliser=NORMALISER, counts=counts)
-    paths = {"tox21": out_dir / "tox21.parquet", "structure_duplicates": out_dir / "structure_duplicates.parquet"}
+    paths = _paths(out_dir)
+    write_table_atomic(findings.to_arrow(tox21_findings(table, dups, fetched.path.name)), paths["findings"], meta)
     write_table_atomic(dups.to_arrow(), paths["structure_duplicates"], meta)
     write_table_atomic(table.to_arrow(), paths["tox21"], meta)  # written last: its presence marks completion
     return paths
 
 
-def prepare(settings: Settings) -> PreparedSource:
+def _paths(out_dir: Path) -> dict[str, Path]:
+    return {name: out_dir / f"{name}.parquet" for name in ("tox21", "structure_duplicates", "findings")}
+
+
+def prepare(settings: Settings, options: NoOptions | None = None) -> PreparedSource:
     fetched = fetch(SOURCE, settings)
     out_dir = settings.tables_dir / "tox21"
-    paths = {"tox21": out_dir / "tox21.parquet", "structure_duplicates": out_dir / "structure_duplicates.parquet"}
+    paths = _paths(out_dir)
     reused = all(cached_table(p, fetched.sha256, NORMALISER) for p in paths.values())
     if not reused:
         paths = normalise(fetched, out_dir)
@@ -176,6 +208,11 @@ def prepare(settings: Settings) -> PreparedSource:
         name="tox21",
         tables={"tox21": paths["tox21"]},
         inputs={SOURCE.name: fetched.sha256},
+        findings=paths["findings"],
         reports={"structure_duplicates": paths["structure_duplicates"]},
         notes=(f"tox21: {'reused' if reused else 'normalised'} {paths['tox21']} from {fetched.origin}",),
+        sources=(SOURCE,),
     )
+
+
+CONNECTOR = SourceConnector("tox21", NoOptions, (SOURCE,), prepare)

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from dcaudit.config import Settings
 from dcaudit.errors import DcauditError, RunLockedError
-from dcaudit.storage import CATALOG_TABLES, PACKAGE_TABLES, TABLE_SCHEMAS, verify_package, write_json_atomic
+from dcaudit.storage import CATALOG_TABLES, OPTIONAL_VIEWS, TABLE_SCHEMAS, verify_package, write_json_atomic
 
 STORAGE_VERSION = "v1.5.0"   # the DuckDB 1.5 shell (and later) reads the catalog
 CATALOG_FORMAT = "2"         # bump when the build changes what the catalog holds: catalogs rebuild themselves
@@ -426,7 +426,7 @@ class Catalog:
                 for name in CATALOG_TABLES:
                     sql = schemas.view_sql(name, served)
                     if sql is None:
-                        continue   # findings: a view only when some package has the table
+                        continue   # findings, costs: a view only once some package has the table
                     con.execute(f"CREATE VIEW {name} AS {sql}")
                 con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
                 info = {"fingerprint": fingerprint, "format": CATALOG_FORMAT, "home": str(self.home),
@@ -510,6 +510,11 @@ class Catalog:
                         self._write_record(rec)
 
     # ------------------------------------------------------------ reading
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to catalog.duckdb, rebuilt first when it is missing, damaged or out of date
+        (for the Python API; close it when done — a later refresh never waits for it)."""
+        return self._connect()
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """A read-only connection to a catalog that matches the records (rebuilt first when it does not)."""
@@ -861,7 +866,7 @@ class _TableFiles:
         groups = {s: [f for f, d in files if d in served] for s, files in self.groups.get(table, {}).items()}
         groups = {s: f for s, f in groups.items() if f}
         declared = TABLE_SCHEMAS.get(table, {})
-        if not groups and table not in PACKAGE_TABLES:
+        if not groups and table in OPTIONAL_VIEWS:
             return None
         # undeclared columns: their own type when every package agrees on it, else VARCHAR
         extra: dict[str, set[str]] = {}

@@ -1,28 +1,44 @@
-"""The ``dcaudit`` command line. Settings come from DCAUDIT_* variables; flags override them."""
+"""The ``dcaudit`` command line: it parses options, calls the Python API (dcaudit.api) and prints.
+
+Settings come from DCAUDIT_* variables; flags override them. No SQL and no spec building lives here:
+the API builds the spec from the same config objects a spec file or a notebook uses (dcaudit.defaults).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.config import Settings, load_settings
 from dcaudit.errors import DcauditError
+
+if TYPE_CHECKING:
+    from dcaudit.api import Result
 
 EPILOG = """\b
 Concepts: a *fiber* is all candidates with the same (discretised) evidence; a *claim* is the
 deployment action as a boolean expression; a candidate is *certified* when its fiber is pure
-(and has at least --min-support members), *ambiguous* when its fiber is mixed.
+(and has at least --min-support members), *ambiguous* when its fiber is mixed, *excluded*
+(with a reason) when its evidence is missing, NaN or infinite or its claim is undefined.
 Results are Parquet under $DCAUDIT_HOME/runs/<run_id>/ and views in $DCAUDIT_HOME/catalog.duckdb.
+Python: import dcaudit; dcaudit.audit(frame_or_path, evidence=[...], claim="...").
 """
+
+CLAIM_HELP = ("Claim: a boolean expression of column names (double-quote names with - or spaces: "
+              "'\"SR-p53\" = 1'), numbers, 'strings', true/false, = != < <= > >=, + - * /, and/or/not, "
+              "parentheses; nothing else (no functions, no SQL comments). Division by zero or NaN makes "
+              "it undefined: the candidate is excluded (claim_undefined), never true.")
 
 
 class _Group(click.Group):
-    """Turns DcauditError into a one-line message and its exit code (no traceback)."""
+    """Every error is one line and an exit status; never a traceback (DCAUDIT_DEBUG=1 shows one)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -30,6 +46,18 @@ class _Group(click.Group):
         except DcauditError as exc:
             click.secho(f"error: {exc}", fg="red", err=True)
             sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.secho("interrupted", fg="red", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug or an environment failure: one line, and how to see more
+            if os.environ.get("DCAUDIT_DEBUG"):
+                raise
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            click.secho(f"error: {type(exc).__name__}: {first} (internal error; DCAUDIT_DEBUG=1 shows the "
+                        "traceback)", fg="red", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group, epilog=EPILOG)
@@ -37,7 +65,7 @@ class _Group(click.Group):
 @click.option("--mirror", type=click.Path(path_type=Path), help="Offline mirror laid out like shared/data "
               "(default $DCAUDIT_MIRROR).")
 @click.option("--memory-limit", help="DuckDB memory limit, e.g. 8GB (default $DCAUDIT_MEMORY_LIMIT or 8GB).")
-@click.option("--threads", type=int, help="DuckDB threads (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), help="DuckDB threads (default: all cores).")
 @click.version_option(package_name="dcaudit")
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit: str | None,
@@ -50,10 +78,9 @@ def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit
       dcaudit audit preds.csv --evidence pred --fiber-rule quantile:20 --claim "gap > 1.0"
       dcaudit query "select claim, certified_fraction from summary"
     """
-    settings = load_settings().with_overrides(
+    ctx.obj = load_settings().with_overrides(
         home=home.resolve() if home else None, mirror=mirror.resolve() if mirror else None,
         memory_limit=memory_limit, threads=threads)
-    ctx.obj = settings
 
 
 def _compose(*decorators: Callable) -> Callable:
@@ -65,51 +92,93 @@ def _compose(*decorators: Callable) -> Callable:
     return apply
 
 
-_FILE = click.argument("file", type=click.Path(path_type=Path))
-_CLAIM = click.option("--claim", required=True,
-                      help="Claim, e.g. '\"SR-p53\" = 1' or 'gap > 1.0'. Quote names with - or spaces.")
-_ID = click.option("--id", "id_column", help="Candidate id column (default: a row number).")
-_MISSING = click.option("--missing", type=click.Choice(["drop", "as-value"]), default="drop", show_default=True,
-                        help="Missing evidence: drop (complete cases, reported as excluded) or a value of its own.")
+_TABLE = _compose(
+    click.argument("file", type=click.Path(path_type=Path)),
+    click.option("--evidence", required=True, multiple=True,
+                 help="Evidence column(s), comma-separated; repeat the option for a name containing a comma."),
+    click.option("--claim", required=True, help=CLAIM_HELP),
+    click.option("--id", "id_column", help="Candidate id column (default: the 1-based data row). Empty or "
+                 "repeated ids are an error unless --duplicates keep."),
+    click.option("--duplicates", type=click.Choice(["error", "keep"]), default=defaults.DUPLICATES,
+                 show_default=True, help="Repeated candidate ids: an error, or keep every row and list them "
+                 "in findings.parquet (disagreeing copies marked)."),
+)
+_RULE = click.option("--fiber-rule", default=defaults.FIBER_RULE, show_default=True,
+                     help="exact | quantile:K (K equal-count bins) | width:W (bins of width W).")
+_MISSING = click.option("--missing", type=click.Choice(["drop", "as-value"]), default=defaults.MISSING,
+                        show_default=True, help="Missing, NaN or infinite evidence: drop (complete cases; the "
+                        "rest excluded with a reason) or a value (a fiber) of its own.")
 _ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-                       help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or cluster "
-                            "Spark (needs dcaudit[spark]; see docs/scale.md).")
+                       help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or "
+                            "cluster Spark (needs dcaudit[spark]; see docs/scale.md).")
 _SPLITS = _compose(
-    click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True, help="Calibration/test splits."),
-    click.option("--seed-offset", type=int, default=0, show_default=True,
-                 help="First seed (seeds are offset … offset+S-1)."),
-    click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.5,
-                 show_default=True, help="Share of candidates in the calibration half (hash of id and seed)."),
+    click.option("--seeds", type=click.IntRange(min=1), help="Calibration/test splits (default "
+                 f"{defaults.REPLAY_SEEDS}; bounded by memory for tolerance windows)."),
+    click.option("--seed-offset", type=int, help=f"First seed (seeds are offset … offset+S-1; default "
+                 f"{defaults.SEED_OFFSET})."),
+    click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                 help=f"Share of candidates in the calibration half (hash of id and seed; default "
+                      f"{defaults.CALIBRATION_FRACTION})."),
 )
+_GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
+                      help="Gate for CI: exit 1 when EXPR holds for an audit's summary row, e.g. "
+                      "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
 _PACKAGE = _compose(
-    click.option("--out", type=click.Path(path_type=Path), help="Write the package here instead of the workspace."),
-    click.option("--force", is_flag=True,
-                 help="Replace an existing --out directory (only once the new one is complete)."),
-    click.option("--quiet", is_flag=True, help="Print only the output directory."),
+    click.option("--out", type=click.Path(path_type=Path), help="Write the package to this directory instead "
+                 "of the workspace."),
+    click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is "
+                 "complete)."),
+    click.option("--quiet", is_flag=True, help="Print only the package directory."),
+    click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary."),
 )
 
 
-def _evidence(help_text: str = "Evidence column(s), comma-separated.") -> Callable:
-    return click.option("--evidence", required=True, help=help_text)
+def _given(**options: Any) -> dict[str, Any]:
+    """Options the user gave (None = not given: the API's config objects supply the default)."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
-def _fiber_rule(help_text: str = "exact | quantile:K | width:W.") -> Callable:
-    return click.option("--fiber-rule", default="exact", show_default=True, help=help_text)
+def _check_gates(fail_if: tuple[str, ...]) -> None:
+    """Parse --fail-if before any work: a malformed gate is bad input (exit 2), not a failed run."""
+    if fail_if:
+        from dcaudit.gates import parse_gates
+
+        parse_gates(list(fail_if))
 
 
-def _print_table(table: pa.Table, as_json: bool) -> None:
+def _apply_gates(summary: Any, fail_if: tuple[str, ...]) -> int:
+    """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
+    if not fail_if:
+        return 0
+    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates
+
+    failures = evaluate_gates(summary, parse_gates(list(fail_if), summary.column_names))
+    for failure in failures:
+        click.secho(failure.message, fg="red", err=True)
+    return gate_exit_status(failures)
+
+
+def _evidence(values: tuple[str, ...]) -> str | list[str]:
+    return values[0] if len(values) == 1 else list(values)
+
+
+def _show(result: Result, title: str, *, quiet: bool, as_json: bool) -> None:
+    """How audit, replay, complete and sensitivity end: the package directory, JSON, or the summary."""
     if as_json:
-        click.echo(json.dumps(table.to_pylist(), default=str, indent=1))
+        click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded",
+                               "package_dir": str(result.package_dir),
+                               "summary": result.summary.drop("run_id").to_dicts()}, default=str, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
+    if quiet:
+        click.echo(str(result.package_dir))
+        return
+    from dcaudit.reports.console import print_findings, print_notes, print_summary
 
-    out = Table(show_lines=False)
-    for name in table.column_names:
-        out.add_column(name)
-    for row in table.to_pylist():
-        out.add_row(*["" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()])
-    Console(width=None if sys.stdout.isatty() else 160).print(out)  # logs: wide enough to read
+    print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
+                  if result.candidates is not None else None)
+    if result.findings is not None:
+        print_findings(result.findings.to_arrow())
+    print_notes(result.notes)
 
 
 EXIT_CODES = """\b
@@ -131,8 +200,10 @@ and does not fail a batch (run alone, it exits 2).
 @click.option("--quiet", is_flag=True, help="Print only the run id(s); no progress.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
               "(one object; a list with --all or several specs).")
+@_GATES
 @click.pass_obj
-def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool) -> None:
+def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool,
+        fail_if: tuple[str, ...]) -> None:
     """Run pipeline SPECs: built-in names (tox21, …) or paths to .toml specs.
 
     The evidence package (Parquet tables, manifest.json, report.html) lands in
@@ -141,187 +212,256 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
     With --all or several specs each one runs in turn, a failing one does not stop the others, and a
     batch lock keeps two scheduled batches from overlapping.
     """
-    from dcaudit.spec import builtin_specs
+    from dcaudit.pipelines.batch import batch_exit_code, run_batch, run_one
 
-    names = list(spec) + ([s for s in builtin_specs() if s not in spec] if run_all else [])
+    names = list(spec) + ([s for s in _builtin() if s not in spec] if run_all else [])
     if not names:
         raise click.UsageError("give a SPEC (dcaudit specs lists the built-in ones) or --all")
-    batch = run_all or len(names) > 1
-    if not batch:
-        outcome = _run_one(settings, names[0], force=force, quiet=quiet or as_json)
-        _show_outcome(outcome, quiet=quiet, as_json=as_json)
-        sys.exit(outcome["exit_code"])
-    from dcaudit.catalog import file_lock
+    _check_gates(fail_if)
 
-    with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
-        outcomes = []
-        for name in names:
-            outcome = _run_one(settings, name, force=force, quiet=quiet or as_json)
-            if not as_json:
-                _show_outcome(outcome, quiet=quiet, as_json=False)
-            outcomes.append(outcome)
-    code = _batch_exit_code([o["exit_code"] for o in outcomes if o["status"] != "skipped"])
+    def gated(o: Any) -> int:
+        return o.exit_code or (_apply_gates(o.result.summary.to_arrow(), fail_if) if o.result is not None else 0)
+
+    if not (run_all or len(names) > 1):
+        outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json)
+        _show_outcome(outcome, quiet=quiet, as_json=as_json)
+        sys.exit(gated(outcome))
+    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json,
+                         each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
+    code = batch_exit_code(outcomes) or max((gated(o) for o in outcomes if o.exit_code == 0), default=0)
     if as_json:
-        click.echo(json.dumps(outcomes, default=str, indent=1))
+        click.echo(json.dumps([o.as_dict() for o in outcomes], default=str, indent=1))
     elif not quiet:
-        recap = pa.Table.from_pylist([{k: o[k] for k in ("spec", "status", "run_id", "seconds", "error")}
-                                      for o in outcomes])
-        _print_table(recap, as_json=False)
-        skipped = sum(o["status"] == "skipped" for o in outcomes)
-        click.echo(f"{sum(o['exit_code'] == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok"
+        import pyarrow as pa
+
+        from dcaudit.reports.console import print_rows
+
+        print_rows(pa.Table.from_pylist([{k: o.as_dict()[k] for k in ("spec", "status", "run_id", "seconds",
+                                                                      "error")} for o in outcomes]))
+        skipped = sum(o.status == "skipped" for o in outcomes)
+        click.echo(f"{sum(o.exit_code == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok"
                    + (f", {skipped} skipped (source not available offline)" if skipped else "")
                    + f"; exit status {code}")
     sys.exit(code)
 
 
-def _rows(table: pa.Table | None) -> list[dict]:
-    if table is None:
-        return []
-    return table.drop([c for c in ("run_id",) if c in table.column_names]).to_pylist()
+def _builtin() -> list[str]:
+    from dcaudit.spec import builtin_specs
+
+    return builtin_specs()
 
 
-def _batch_exit_code(codes: list[int]) -> int:
-    for code in (1, 2, 75):
-        if code in codes:
-            return code
-    return 0
-
-
-def _run_one(settings: Settings, name: str, *, force: bool, quiet: bool) -> dict:
-    """Run one spec; never raises: the outcome says what happened and which exit code it maps to."""
-    import traceback
-
-    from dcaudit.errors import MissingSourceError, RunLockedError
-    from dcaudit.pipelines.runner import run_spec
-    from dcaudit.spec import load_spec
-
-    outcome: dict = {"spec": name, "status": "failed", "exit_code": 1, "run_id": None, "package_dir": None,
-                     "reused_from": None, "seconds": None, "error": None, "summary": [], "notes": []}
-    try:
-        result = run_spec(load_spec(name), settings, reuse=not force, quiet=quiet)
-    except RunLockedError as exc:
-        outcome.update(status="locked", exit_code=exc.exit_code, error=str(exc))
-    except MissingSourceError as exc:
-        outcome.update(status="skipped", exit_code=exc.exit_code, error=str(exc))
-    except DcauditError as exc:
-        outcome.update(status="invalid", exit_code=exc.exit_code, error=str(exc))
-    except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog
-        outcome.update(error=f"{type(exc).__name__}: {exc}")
-        traceback.print_exc(file=sys.stderr)
-    else:
-        summary = result.tables.get("summary")
-        outcome.update(status="reused" if result.reused_from else "succeeded", exit_code=0, run_id=result.run_id,
-                       package_dir=str(result.run_dir), reused_from=result.reused_from,
-                       seconds=round(result.seconds, 3), notes=list(result.notes),
-                       summary=_rows(summary))
-        outcome["_result"] = result
-    return outcome
-
-
-def _show_outcome(outcome: dict, *, quiet: bool, as_json: bool) -> None:
-    result = outcome.pop("_result", None)
+def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(outcome, default=str, indent=1))
+        click.echo(json.dumps(outcome.as_dict(), default=str, indent=1))
         return
-    if outcome["status"] == "skipped":
-        click.secho(f"skipped: {outcome['spec']}: {outcome['error']}", fg="yellow", err=True)
+    if outcome.status == "skipped":
+        click.secho(f"skipped: {outcome.spec}: {outcome.error}", fg="yellow", err=True)
         return
-    if outcome["exit_code"] != 0:
-        click.secho(f"error: {outcome['spec']}: {outcome['error']}", fg="red", err=True)
+    if outcome.exit_code != 0:
+        click.secho(f"error: {outcome.spec}: {outcome.error}", fg="red", err=True)
         return
     if quiet:
-        click.echo(outcome["run_id"])
+        click.echo(outcome.run_id)
         return
-    from dcaudit.pipelines.runner import log_notes
-    from dcaudit.reports.console import print_replay, print_summary
+    from dcaudit.reports.console import print_findings, print_notes, print_replay, print_summary
 
+    result = outcome.result
     if result is not None and "summary" in result.tables:
-        print_summary(result.tables["summary"], f"{outcome['spec']}: {outcome['run_id']}")
-        if "replay" in result.tables:
-            print_replay(result.tables["replay"])
-        log_notes(result)
-    if outcome["reused_from"]:
-        click.echo(f"run {outcome['run_id']}: unchanged, reused run {outcome['reused_from']} -> "
-                   f"{outcome['package_dir']}")
+        print_summary(result.summary.to_arrow(), f"{outcome.spec}: {outcome.run_id}",
+                      result.candidates.to_arrow() if result.candidates is not None else None)
+        if result.replay is not None:
+            print_replay(result.replay.to_arrow())
+        if result.findings is not None:
+            print_findings(result.findings.to_arrow())
+        print_notes(result.notes)
+    if outcome.reused_from:
+        click.echo(f"run {outcome.run_id}: unchanged, reused run {outcome.reused_from} -> {outcome.package_dir}")
     else:
-        click.echo(f"run {outcome['run_id']} succeeded in {outcome['seconds']:.1f}s -> {outcome['package_dir']}")
-        click.echo(f"report: {outcome['package_dir']}/report.html")
-        click.echo(f"query it: dcaudit query \"select * from summary where run_id = '{outcome['run_id']}'\"")
+        click.echo(f"run {outcome.run_id} succeeded in {outcome.seconds:.1f}s -> {outcome.package_dir}")
+        click.echo(f"report: {outcome.package_dir}/report.html")
+        click.echo(f"query it: dcaudit query \"select * from summary where run_id = '{outcome.run_id}'\"")
 
 
 @cli.command()
-@_FILE
-@_evidence()
-@_CLAIM
-@_ID
-@_fiber_rule()
+@_TABLE
+@_RULE
 @_MISSING
-@click.option("--min-support", type=int, default=1, show_default=True,
+@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
               help="Pure fibers smaller than this are 'unsupported' rather than certified.")
 @_PACKAGE
-@click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows.")
 @_ENGINE
+@_GATES
 @click.pass_obj
-def audit(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
-          missing: str, min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool,
-          engine: str = "duckdb") -> None:
-    """Audit any table FILE (CSV, CSV.gz or Parquet): does EVIDENCE decide CLAIM?
+def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+          duplicates: str, fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
+          quiet: bool, as_json: bool, engine: str, fail_if: tuple[str, ...]) -> None:
+    """Audit any table FILE (CSV, CSV.gz, TSV or Parquet): does EVIDENCE decide CLAIM?
 
     \b
-    Writes summary.parquet, fibers.parquet, candidates.parquet and manifest.json.
+    Writes summary.parquet, fibers.parquet, candidates.parquet (every candidate with its status, and
+    excluded ones with a reason) and manifest.json, and records the run in the catalog.
     Example:
       dcaudit audit tox21.csv --id mol_id --claim '"SR-p53" = 1' \\
         --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
     """
-    from dcaudit.pipelines.runner import log_notes
-    from dcaudit.reports.console import print_summary
+    from dcaudit import api
 
-    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
-                        quiet=quiet or as_json, engine=engine)
-    if as_json:
-        click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded", "package_dir": str(result.run_dir),
-                               "summary": _rows(result.tables["summary"])},
-                              default=str, indent=1))
-        return
-    if quiet:
-        click.echo(str(result.run_dir))
-        return
-    print_summary(result.tables["summary"], f"{file.name}: {result.run_id}")
-    log_notes(result)
-    click.echo(f"evidence package -> {result.run_dir}")
+    _check_gates(fail_if)
+    result = api.audit(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
+                       min_support=min_support, missing=missing, duplicates=duplicates,  # type: ignore[arg-type]
+                       settings=settings, record=True, out=out, force=force, quiet=quiet or as_json,
+                       engine=engine)
+    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    if not (quiet or as_json):
+        click.echo(f"evidence package -> {result.package_dir}")
+    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
 
 
-def _adhoc_run(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None,
-               fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-               extra_sections: dict | None = None, quiet: bool = False,
-               engine: str = "duckdb"):  # noqa: ANN202 - RunResult
-    from dcaudit.pipelines.runner import run_spec
-    from dcaudit.spec import spec_from_dict
+@cli.command()
+@_TABLE
+@_RULE
+@_MISSING
+@_SPLITS
+@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a fiber (or window) needs "
+              f"before it can certify (default {defaults.MIN_SUPPORT_FIBERS} for fibers, "
+              f"{defaults.MIN_SUPPORT_WINDOWS} for --tolerance windows).")
+@click.option("--mode", type=click.Choice(["exact", "calibrated", "familywise"]), help="exact (default): pure "
+              "calibration fiber; calibrated: Clopper-Pearson bound on each fiber's minority rate <= epsilon; "
+              "familywise: Holm across fibers, P(any certified fiber's rate > epsilon) <= delta.")
+@click.option("--epsilon", type=float, help=f"Risk level of --mode calibrated (default {defaults.EPSILON}).")
+@click.option("--delta", type=float, help=f"The bound holds with confidence 1 - delta (default {defaults.DELTA}).")
+@click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
+              "'mae' or 'q80' (per seed, from calibration errors against --reference).")
+@click.option("--reference", help="Reference column for --tolerance mae / qNN (the true value the evidence "
+              "predicts).")
+@_ENGINE
+@_PACKAGE
+@_GATES
+@click.pass_obj
+def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+           duplicates: str, fiber_rule: str, missing: str, seeds: int | None, seed_offset: int | None,
+           calibration_fraction: float | None, min_support: int | None, mode: str | None, epsilon: float | None,
+           delta: float | None, tolerance: str | None, reference: str | None, engine: str, out: Path | None,
+           force: bool, quiet: bool, as_json: bool, fail_if: tuple[str, ...]) -> None:
+    """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
 
-    raw = {
-        "name": _adhoc_name(file),
-        "source": {"path": str(file.resolve()), **({"id": id_column} if id_column else {"id": "__row"})},
-        "audits": [{"id": "audit", "claim": claim, "evidence": evidence, "fiber_rule": fiber_rule,
-                    "missing": missing, "min_support": min_support}],
-        **(extra_sections or {}),
-    }
-    spec = spec_from_dict(raw, origin="command line")
-    if out is not None and out.exists() and any(out.iterdir()) and not force:
-        raise DcauditError(f"{out} exists and is not empty; pass --force to replace it "
-                           "(the old package is kept until the new one is complete)")
-    if engine == "spark":
-        from dcaudit.audits.spark_engine import run_spec_spark
+    \b
+    Splits candidates into calibration and test SEEDS times, certifies fibers on calibration only and
+    replays four policies on test: fiber_majority (benchmark-only), global_majority, certified_only,
+    certify_then_acquire. Writes replay.parquet (per seed, plus a summary row per policy with seed NULL)
+    next to the audit's summary/fibers/candidates.
+    Example:
+      dcaudit replay tox21.csv --id mol_id --claim '"SR-p53" = 1' \\
+        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
+    """
+    from dcaudit import api
+    from dcaudit.reports.console import print_replay
 
-        return run_spec_spark(spec, settings, out_dir=out, replace_existing=force, quiet=quiet)
-    return run_spec(spec, settings, out_dir=out, replace_existing=force, quiet=quiet)
+    _check_gates(fail_if)
+    result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
+                        missing=missing, min_support=min_support, tolerance=tolerance, reference=reference,
+                        duplicates=duplicates, settings=settings, record=True, out=out,  # type: ignore[arg-type]
+                        force=force, quiet=quiet or as_json, engine=engine,
+                        **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
+                                 mode=mode, epsilon=epsilon, delta=delta))
+    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    if not (quiet or as_json):
+        print_replay(result.replay.to_arrow())
+        click.echo(f"evidence package -> {result.package_dir}")
+    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
 
 
-def _adhoc_name(file: Path) -> str:
-    name = file.name
-    for suffix in (".csv.gz", ".parquet", ".csv", ".tsv", ".pq"):
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)] or name
-    return name
+@cli.command()
+@_TABLE
+@click.option("--probes", required=True, multiple=True, help="Probe columns that could be measured next, "
+              "comma-separated (or repeat the option).")
+@_RULE
+@_SPLITS
+@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a pure fiber needs before "
+              f"it certifies (default {defaults.COMPLETION_MIN_SUPPORT}).")
+@click.option("--policies", help=f"Probe-selection policies, comma-separated (default: all of "
+              f"{', '.join(defaults.COMPLETION_POLICIES)}).")
+@click.option("--random-draws", type=click.IntRange(min=1), help="Random probe orders per seed for the random "
+              f"policy (default {defaults.RANDOM_DRAWS}).")
+@click.option("--refinement", type=click.Choice(["mixed", "full"]), help="mixed (default): certified decisions "
+              "are kept, only mixed fibers are refined; full: every fiber recomputed after each probe (the "
+              "paper's script).")
+@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), help="Among probes certifying "
+              "equally on calibration: least residual label entropy (default), or the first / last listed.")
+@click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1': curves against "
+              "cumulative cost, the cost_gain policy and the next probe by certified gain per unit cost.")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="The budgeted plan (frozen on "
+              "calibration) stops before its cumulative cost exceeds this.")
+@_PACKAGE
+@click.pass_obj
+def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+             duplicates: str, probes: tuple[str, ...], fiber_rule: str, seeds: int | None, seed_offset: int | None,
+             calibration_fraction: float | None, min_support: int | None, policies: str | None,
+             random_draws: int | None, refinement: str | None, tie_break: str | None, costs: str | None,
+             budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
+    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
+
+    \b
+    Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
+    one at a time, chosen on a calibration split and scored on the held-out test split, SEEDS times.
+    Writes completion.parquet (per policy × step × seed, plus mean rows with seed NULL and p10/p90)
+    next to the audit's summary/fibers/candidates, and prints the recommended next probe.
+    Example:
+      dcaudit complete tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 --seeds 200 \\
+        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma \\
+        --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
+    """
+    from dcaudit import api
+    from dcaudit.reports.console import print_completion
+
+    result = api.complete(file, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
+                          fiber_rule=fiber_rule, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
+                          record=True, out=out, force=force, quiet=quiet or as_json,
+                          **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
+                                   min_support=min_support, random_draws=random_draws, refinement=refinement,
+                                   tie_break=tie_break, costs=costs, budget=budget,
+                                   policies=policies.split(",") if policies else None))
+    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    if not (quiet or as_json):
+        print_completion(result.completion.to_arrow(), seeds or defaults.COMPLETION_SEEDS)
+        click.echo(f"evidence package -> {result.package_dir}")
+
+
+@cli.command()
+@_TABLE
+@click.option("--rules", help="Fiber rules to compare, comma-separated (default: "
+              f"{','.join(defaults.SENSITIVITY_RULES)}).")
+@click.option("--tolerances", help="Tolerance windows too, comma-separated: widths (0.05), 'mae' or 'q80' "
+              "(against --reference).")
+@click.option("--reference", help="Reference column for mae / qNN tolerances.")
+@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
+              help="Members a pure fiber (or window) needs to be certified.")
+@_PACKAGE
+@click.pass_obj
+def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+                duplicates: str, rules: str | None, tolerances: str | None, reference: str | None,
+                min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
+    """How the audit of one numeric EVIDENCE column moves with the fiber resolution.
+
+    \b
+    Quantile bins (quantile:K), k-nearest-neighbour windows (knn:K) and fixed windows (window:T) in sorted
+    evidence, and tolerance windows from calibration errors; writes sensitivity.parquet (one row per rule).
+    Example:
+      dcaudit sensitivity preds.csv --evidence pred --claim "gap > 1.0" --tolerances mae --reference dft
+    """
+    from dcaudit import api
+    from dcaudit.reports.console import print_rows, sensitivity_table
+
+    result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
+                             rules=rules.split(",") if rules else None,
+                             tolerances=tolerances.split(",") if tolerances else None, reference=reference,
+                             min_support=min_support, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
+                             record=True, out=out, force=force, quiet=quiet or as_json)
+    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    if not (quiet or as_json):
+        print_rows(sensitivity_table(result.sensitivity.to_arrow()))
+        click.echo(f"evidence package -> {result.package_dir}")
 
 
 @cli.command()
@@ -338,6 +478,7 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
     of their spec) or reused (an unchanged rerun; reused_from names the run whose package it shares).
     """
     from dcaudit.catalog import Catalog
+    from dcaudit.reports.console import diff_counts, diff_table, print_rows
 
     catalog = Catalog(settings)
     if diff_spec is None:
@@ -345,7 +486,7 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
         if quiet:
             click.echo("\n".join(table.column("run_id").to_pylist()))
             return
-        _print_table(table, as_json)
+        print_rows(table, as_json=as_json)
         return
     diff = catalog.diff(diff_spec)
     if as_json:
@@ -356,23 +497,9 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
     click.echo(f"{diff_spec}: {diff.before.run_id} -> {diff.after.run_id}\n  data: {data}\n  code/spec: {code}")
     if quiet:
         return
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("d", diff.audits)
-    keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in diff.audits.column_names
-            and diff.audits.column(c).null_count < diff.audits.num_rows]
-    shown = con.sql(f"SELECT {', '.join(keys)}, round(100 * certified_before, 3) AS \"cert % before\", "
-                    "round(100 * certified_after, 3) AS \"cert % after\", round(100 * certified_change, 3) AS "
-                    "\"Δ cert pp\", round(100 * ambiguous_before, 3) AS \"amb % before\", round(100 * "
-                    "ambiguous_after, 3) AS \"amb % after\", round(100 * ambiguous_change, 3) AS \"Δ amb pp\", "
-                    "n_before, n_after FROM d").to_arrow_table()
-    _print_table(shown, as_json=False)
-    moved, new, gone = con.sql(
-        "SELECT count(*) FILTER (abs(certified_change) > 1e-12 OR abs(ambiguous_change) > 1e-12), "
-        "count(*) FILTER (n_before IS NULL), count(*) FILTER (n_after IS NULL) FROM d").fetchall()[0]
-    click.echo(f"{moved} audit row(s) moved, {new} new, {gone} gone, "
-               f"{diff.audits.num_rows - moved - new - gone} unchanged")
+    print_rows(diff_table(diff.audits))
+    moved, new, gone, same = diff_counts(diff.audits)
+    click.echo(f"{moved} audit row(s) moved, {new} new, {gone} gone, {same} unchanged")
 
 
 @cli.command()
@@ -383,13 +510,9 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
 def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
     """Run SQL against the catalog (views: runs, summary, fibers, candidates, replay, completion, …)."""
     from dcaudit.catalog import Catalog
+    from dcaudit.reports.console import print_rows
 
-    table = Catalog(settings).query(sql)
-    if quiet:
-        for row in table.to_pylist():
-            click.echo("\t".join("" if v is None else str(v) for v in row.values()))
-        return
-    _print_table(table, as_json)
+    print_rows(Catalog(settings).query(sql), as_json=as_json, tsv=quiet)
 
 
 @cli.command()
@@ -411,12 +534,29 @@ def report(settings: Settings, run: str, out: Path | None) -> None:
     click.echo(str(write_report(run_dir, out)))
 
 
+@cli.command()
+@click.argument("run", metavar="RUN")
+@click.option("--format", "fmt", type=click.Choice(["benchcert"]), default="benchcert", show_default=True,
+              help="benchcert: summary.json, fiber_table.csv, ambiguous_cases.csv, report.html.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory to write the files to.")
+@click.pass_obj
+def export(settings: Settings, run: str, fmt: str, out: Path) -> None:
+    """Export RUN (a run id, a spec name for its latest run, or a package directory) for another tool."""
+    from dcaudit.catalog import Catalog
+    from dcaudit.reports.export_benchcert import export_benchcert
+
+    path = Path(run)
+    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
+    for written in export_benchcert(run_dir, out):
+        click.echo(str(written))
+
+
 @cli.command("specs")
 def specs() -> None:
     """List the built-in pipeline specs."""
-    from dcaudit.spec import builtin_specs, load_spec
+    from dcaudit.spec import load_spec
 
-    for name in builtin_specs():
+    for name in _builtin():
         click.echo(f"{name:12s} {load_spec(name).description}")
 
 
@@ -429,7 +569,7 @@ def specs() -> None:
 @click.option("--quiet", is_flag=True, help="Print only the run id.")
 @click.pass_obj
 def simulate(settings: Settings, experiment: str, seeds: int | None, geometries: int | None, quiet: bool) -> None:
-    """Controlled linear response-space experiments (no data needed; DESIGN §6).
+    """Controlled linear response-space experiments (no data needed; docs/controlled.md).
 
     \b
     conformal    benchmark-calibrated conformal coverage vs its transfer to the deployment
@@ -439,170 +579,16 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
     acquisition  residual-greedy vs uncertainty / diversity / benchmark-aligned / random probe
                  choice                                        -> completion.parquet, metrics.parquet
     """
-    from dcaudit.pipelines.runner import log_notes
     from dcaudit.pipelines.simulate import run_simulation
+    from dcaudit.reports.console import print_notes, print_rows, simulation_table
 
     result = run_simulation(settings, experiment, seeds, geometries)
     if quiet:
         click.echo(result.run_id)
         return
-    import duckdb
-
-    con = duckdb.connect()
-    for name, table in result.tables.items():
-        con.register(name, table)
-    if experiment == "acquisition":   # the completion curve: mean certified fraction per policy and step
-        shown = con.sql("PIVOT (SELECT policy, step, round(certified_fraction, 4) AS c FROM completion "
-                        "WHERE seed IS NULL AND step <= 4) ON step USING first(c) ORDER BY policy")
-    else:
-        shown = con.sql("SELECT setting, metric, round(value, 4) AS value, round(ci_low, 4) AS "
-                        "ci_low, round(ci_high, 4) AS ci_high, round(min, 4) AS min, round(max, 4) AS max "
-                        "FROM metrics")
-    _print_table(shown.to_arrow_table(), as_json=False)
-    log_notes(result)
+    print_rows(simulation_table(result.tables, experiment))
+    print_notes(result.notes)
     click.echo(f"run {result.run_id} succeeded in {result.seconds:.1f}s -> {result.run_dir}")
-
-
-@cli.command()
-@_FILE
-@_evidence()
-@_CLAIM
-@_ID
-@_fiber_rule()
-@_MISSING
-@_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), default=50, show_default=True,
-              help="Calibration members a fiber (or window) needs before it can certify.")
-@click.option("--mode", type=click.Choice(["exact", "calibrated"]), default="exact", show_default=True,
-              help="exact: pure calibration fiber; calibrated: Clopper-Pearson bound on the minority rate <= epsilon.")
-@click.option("--epsilon", type=float, default=0.05, show_default=True, help="Risk level of --mode calibrated.")
-@click.option("--delta", type=float, default=0.05, show_default=True, help="The bound holds with confidence 1 - delta.")
-@click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
-              "'mae' or 'q80' (per seed, from calibration errors against --reference).")
-@click.option("--reference", help="Reference column for --tolerance mae / qNN (e.g. the true value the evidence predicts).")
-@_ENGINE
-@_PACKAGE
-@click.pass_obj
-def replay(settings: Settings, file: Path, evidence: str, claim: str, id_column: str | None, fiber_rule: str,
-           missing: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int, mode: str,
-           epsilon: float, delta: float, tolerance: str | None, reference: str | None, out: Path | None,
-           force: bool, quiet: bool, engine: str = "duckdb") -> None:
-    """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
-
-    \b
-    Splits candidates into calibration and test SEEDS times, certifies fibers on calibration only and
-    replays four policies on test: fiber_majority (benchmark-only), global_majority, certified_only,
-    certify_then_acquire. Writes replay.parquet (per seed, plus a summary row per policy with seed NULL)
-    next to the audit's summary/fibers/candidates.
-    Example:
-      dcaudit replay tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 \\
-        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
-    """
-    from dcaudit.pipelines.runner import log_notes
-
-    section: dict[str, object] = {"seeds": seeds, "seed_offset": seed_offset,
-                                  "calibration_fraction": calibration_fraction, "min_support": min_support,
-                                  "mode": mode, "epsilon": epsilon, "delta": delta}
-    if tolerance is not None:
-        section["tolerance"] = tolerance
-    if reference is not None:
-        section["reference"] = reference
-    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, missing, min_support, out, force,
-                        extra_sections={"replay": section}, engine=engine)
-    if quiet:
-        click.echo(str(result.run_dir))
-        return
-    import pyarrow.compute as pc
-
-    table = result.tables["replay"]
-
-    def pct(v: float | None) -> str:
-        return "" if v is None else f"{100 * v:.3g}%"
-
-    rows = table.filter(pc.is_null(table["seed"])).to_pylist()
-    shown = pa.Table.from_pylist([{
-        "policy": r["policy"], "certified": pct(r["certified_fraction"]),
-        "false (all)": f"{pct(r['false_decision_rate'])} [{pct(r['false_decision_rate_p10'])}, "
-                       f"{pct(r['false_decision_rate_p90'])}]",
-        "false (certified)": pct(r["false_rate_certified"]), "CP bound": pct(r["risk_bound"]),
-        "acquired": pct(r["acquired_fraction"]),
-        "break-even λ*": "" if r["break_even_price"] is None else f"{r['break_even_price']:.4g}",
-    } for r in rows])
-    click.echo(f"{rows[0]['n_seeds'] if rows else 0} seeds; false (all) shows the mean [p10, p90] over seeds")
-    _print_table(shown, as_json=False)
-    log_notes(result)
-    click.echo(f"evidence package -> {result.run_dir}")
-
-
-@cli.command()
-@_FILE
-@_evidence("Base evidence column(s), comma-separated.")
-@_CLAIM
-@click.option("--probes", required=True, help="Probe columns that could be measured next, comma-separated.")
-@_ID
-@_fiber_rule("exact | quantile:K | width:W (applied to evidence and probes).")
-@_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Calibration members a pure fiber needs before it certifies.")
-@click.option("--policies", default=",".join(("response_rank", "uncertainty", "diversity", "benchmark_aligned",
-                                                "random", "oracle")), show_default=True,
-              help="Probe-selection policies, comma-separated.")
-@click.option("--random-draws", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Random probe orders per seed for the random policy.")
-@click.option("--refinement", type=click.Choice(["mixed", "full"]), default="mixed", show_default=True,
-              help="mixed: certified decisions are kept, only mixed fibers are refined; full: every fiber "
-                   "recomputed after each probe (the paper's script).")
-@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), default="entropy", show_default=True,
-              help="Among probes certifying equally on calibration: least residual label entropy, or the "
-                   "first / last listed.")
-@_PACKAGE
-@click.pass_obj
-def complete(settings: Settings, file: Path, evidence: str, claim: str, probes: str, id_column: str | None,
-             fiber_rule: str, seeds: int, seed_offset: int, calibration_fraction: float, min_support: int,
-             policies: str, random_draws: int, refinement: str, tie_break: str, out: Path | None, force: bool,
-             quiet: bool) -> None:
-    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
-
-    \b
-    Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
-    one at a time, chosen on a calibration split and scored on the held-out test split, SEEDS times.
-    Writes completion.parquet (per policy × step × seed, plus mean rows with seed NULL and p10/p90)
-    next to the audit's summary/fibers/candidates, and prints the recommended next probe.
-    Example:
-      dcaudit complete tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 --seeds 200 \\
-        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma \\
-        --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
-    """
-    from dcaudit.pipelines.runner import log_notes
-
-    section: dict[str, object] = {
-        "probes": probes, "seeds": seeds, "seed_offset": seed_offset, "calibration_fraction": calibration_fraction,
-        "min_support": min_support, "policies": policies, "random_draws": random_draws,
-        "refinement": refinement, "tie_break": tie_break}
-    result = _adhoc_run(settings, file, evidence, claim, id_column, fiber_rule, "drop", min_support, out, force,
-                        extra_sections={"completion": section})
-    if quiet:
-        click.echo(str(result.run_dir))
-        return
-    import duckdb
-
-    con = duckdb.connect()
-    con.register("completion", result.tables["completion"])
-    shown = con.sql(
-        "SELECT policy, step, probe_added AS probe, round(100 * probe_added_share) AS \"chosen %\", "
-        "round(100 * certified_fraction, 2) AS \"certified %\", round(100 * certified_fraction_p10, 2) AS p10, "
-        "round(100 * certified_fraction_p90, 2) AS p90, round(100 * certified_fraction_se, 2) AS se, "
-        "round(100 * false_decision_rate, 3) AS \"false %\" FROM completion WHERE seed IS NULL "
-        "ORDER BY list_position(['response_rank', 'uncertainty', 'diversity', 'benchmark_aligned', 'random', "
-        "'oracle'], policy), step").to_arrow_table()
-    _print_table(shown, as_json=False)
-    first = con.sql("SELECT probe_added, probe_added_share FROM completion WHERE seed IS NULL AND step = 1 "
-                    "AND policy = 'response_rank'").fetchall()
-    log_notes(result)
-    if first:
-        click.echo(f"recommended next probe: {first[0][0]} (response_rank's first choice in "
-                   f"{100 * first[0][1]:.0f}% of {seeds} seeds)")
-    click.echo(f"evidence package -> {result.run_dir}")
 
 
 from dcaudit.cli_catalog import catalog as _catalog_group  # noqa: E402, I001

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from dcaudit.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -36,21 +39,49 @@ class Settings:
         return self.home / "tmp"
 
     def with_overrides(self, **changes: object) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+        given = {k: v for k, v in changes.items() if v is not None}
+        if "memory_limit" in given:
+            given["memory_limit"] = check_memory_limit(str(given["memory_limit"]), "--memory-limit")
+        if "home" in given:
+            check_home(Path(str(given["home"])), "--home")
+        return replace(self, **given)
 
 
 def _env_bool(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+_MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+def check_memory_limit(text: str, where: str) -> str:
+    if not _MEMORY.match(text):
+        raise SpecError(f"{where} = {text!r}: give an amount such as 8GB, 512MB or 16GiB")
+    return text.strip()
+
+
+def check_threads(text: str, where: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise SpecError(f"{where} = {text!r}: give a whole number of threads >= 1")
+    return int(text)
+
+
+def check_home(home: Path, where: str = "DCAUDIT_HOME") -> Path:
+    if home.exists() and not home.is_dir():
+        raise SpecError(f"{where} = {home} is a file; give a directory for the workspace")
+    return home
+
+
 def load_settings() -> Settings:
-    """Read the environment once; nothing else in the package reads ``os.environ``."""
+    """Read the environment once; nothing else in the package reads ``os.environ``. A malformed
+    setting is a SpecError naming the variable (exit 2), never a traceback later."""
     mirror = os.environ.get("DCAUDIT_MIRROR", "").strip()
     threads = os.environ.get("DCAUDIT_THREADS", "").strip()
+    memory = os.environ.get("DCAUDIT_MEMORY_LIMIT", "").strip()
     return Settings(
-        home=Path(os.environ.get("DCAUDIT_HOME", "workspace")).expanduser().resolve(),
+        home=check_home(Path(os.environ.get("DCAUDIT_HOME", "workspace")).expanduser().resolve()),
         mirror=Path(mirror).expanduser().resolve() if mirror else None,
-        memory_limit=os.environ.get("DCAUDIT_MEMORY_LIMIT", "8GB"),
-        threads=int(threads) if threads else None,
+        memory_limit=check_memory_limit(memory, "DCAUDIT_MEMORY_LIMIT") if memory else "8GB",
+        threads=check_threads(threads, "DCAUDIT_THREADS") if threads else None,
         offline=_env_bool("DCAUDIT_OFFLINE"),
     )

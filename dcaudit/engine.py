@@ -15,6 +15,9 @@ def connect(settings: Settings, database: str = ":memory:") -> duckdb.DuckDBPyCo
     con.execute(f"SET temp_directory = '{_safe(str(settings.temp_dir))}'")
     # Insertion order is part of no result here; dropping it lets DuckDB stream and spill.
     con.execute("SET preserve_insertion_order = false")
+    # Audits over thousands of evidence columns build expressions that deep (one term per column).
+    con.execute("SET max_expression_depth = 100000")
+    con.execute("SET enable_progress_bar = false")  # progress is ours to show (stderr), not DuckDB's
     if settings.threads:
         con.execute(f"SET threads = {int(settings.threads)}")
     return con

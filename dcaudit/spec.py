@@ -16,13 +16,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dcaudit.audits.claims import Claim, parse_claim
-from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+from dcaudit import defaults
+from dcaudit.claims import Claim, parse_claim
 from dcaudit.errors import SpecError
+from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",
              "matbench", "jarvis", "vision"}
-_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models"}
+_AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models",
+               "identity"}
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,16 @@ class AuditTask:
     audit_id: str
     claim: Claim
     evidence: EvidenceMap
-    min_support: int = 1
+    min_support: int = defaults.MIN_SUPPORT
     table: str | None = None  # which table of the source (connectors may provide several)
     # per = "model": audit each value of that column separately (summary rows carry it in `model`, and
     # metrics hold the median across them); groups = which values ("all" -> None). `model = "x"` is
     # shorthand for per = "model", models = ["x"].
     per: str | None = None
     groups: tuple[str, ...] | None = None
+    # identity = "inchikey": split mixed fibers into label noise (one entity, conflicting records) and
+    # incompleteness (distinct entities sharing the evidence)
+    identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,21 @@ class PipelineSpec:
     audits: tuple[AuditTask, ...]
     sections: dict[str, Any] = field(default_factory=dict)  # replay / completion / … as written
     raw: dict[str, Any] = field(default_factory=dict)
+    duplicates: str = defaults.DUPLICATES     # repeated candidate ids: "error", or "keep" and report them as findings
 
     @property
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count
+
+
+def check_support(value: int, where: str) -> int:
+    """A min_support every package column can hold (BIGINT), so no option can change a catalog view's type."""
+    if not 1 <= value <= MAX_SUPPORT:
+        raise SpecError(f"{where}: min_support must be a whole number from 1 to {MAX_SUPPORT}, not {value}")
+    return value
 
 
 def builtin_specs() -> list[str]:
@@ -141,11 +157,14 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     source = raw["source"]
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
         raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
-    for key in ("connector", "path", "id"):
+    for key in ("connector", "path", "id", "duplicates"):
         if key in source:
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
             if not source[key].strip():
                 raise SpecError(f"{origin}: [source] {key} is empty")
+    if source.get("duplicates", defaults.DUPLICATES) not in ("error", "keep"):
+        raise SpecError(f"{origin}: [source] duplicates = {source['duplicates']!r}; use \"error\" (default) or "
+                        "\"keep\" (keep repeated ids and report them)")
     if base_dir is not None and isinstance(source.get("path"), str) and not Path(source["path"]).is_absolute():
         source = {**source, "path": str((Path(base_dir) / source["path"]).resolve())}
         raw = {**raw, "source": source}
@@ -168,15 +187,13 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
         _require_type(evidence, list, where, "evidence must be a column name or a list of them")
         if not all(isinstance(c, str) and c for c in evidence):
             raise SpecError(f"{where}: evidence must list column names (non-empty strings)")
-        for key in ("fiber_rule", "missing", "table", "id"):
+        for key in ("fiber_rule", "missing", "table", "id", "identity"):
             if key in entry:
                 _require_type(entry[key], str, where, f"{key} must be a string")
-        emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", "exact")),
-                           entry.get("missing", "drop"))
-        _require_type(entry.get("min_support", 1), int, where, "min_support must be a whole number")
-        min_support = int(entry.get("min_support", 1))
-        if min_support < 1:
-            raise SpecError(f"{where}: min_support must be >= 1")
+        emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", str(EvidenceMap.rule))),
+                           entry.get("missing", EvidenceMap.missing))
+        _require_type(entry.get("min_support", AuditTask.min_support), int, where, "min_support must be a whole number")
+        min_support = check_support(int(entry.get("min_support", AuditTask.min_support)), where)
         per, groups = _per_group(entry, where)
         audits.append(AuditTask(
             audit_id=str(entry.get("id", f"audit{i}")),
@@ -186,6 +203,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
             table=entry.get("table"),
             per=per,
             groups=groups,
+            identity=entry.get("identity"),
         ))
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):
@@ -200,4 +218,5 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
         audits=tuple(audits),
         sections=sections,
         raw=raw,
+        duplicates=str(source.get("duplicates", defaults.DUPLICATES)),
     )

@@ -1,9 +1,9 @@
-"""Storage: atomic writes, the evidence package (write, verify), sha256, and each package table's schema.
+"""Storage in the core: atomic writes, one sha256 helper, and the evidence package (one directory per run,
+one Parquet file per row shape, plus manifest.json).
 
-Writes are atomic: everything goes to a temporary name first and is renamed into place only when
-complete, so a crash or a failed run never leaves a half-written file or package and never touches a
-package that was already there. A package lands in a hidden ``.partial/<name>`` sibling and is renamed
-to its final name at the end.
+Writes are atomic: everything goes to a hidden ``.<name>.partial`` sibling first and is renamed
+into place only when complete, so a crash or a failed run never leaves a half-written package and
+never touches a package that was already there.
 
 Every package table has a declared schema (:data:`TABLE_SCHEMAS`, column -> DuckDB type). Packages are
 written with it (declared columns cast to their type; a value that does not fit is an error, never a new
@@ -25,9 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The tables of DESIGN §4, in the order a reader meets them.
-PACKAGE_TABLES = ("summary", "fibers", "candidates", "completion", "replay", "choice", "metrics", "sensitivity")
-# Tables the catalog has views for (a package may also hold findings).
-CATALOG_TABLES = (*PACKAGE_TABLES, "findings")
+PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
+                  "metrics", "sensitivity")
+CATALOG_TABLES = PACKAGE_TABLES          # one view per package table in catalog.duckdb
+OPTIONAL_VIEWS = ("findings", "costs")   # views that exist only once some package has the table
+
 
 _AUDIT = {"run_id": "VARCHAR", "source": "VARCHAR", "audit_id": "VARCHAR", "claim": "VARCHAR",
           "evidence": "VARCHAR", "fiber_rule": "VARCHAR", "model": "VARCHAR"}
@@ -73,6 +75,8 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
                "certified_error": "DOUBLE", "n_candidates": "BIGINT", "rank_by_benchmark": "DOUBLE",
                "rank_by_robustness": "DOUBLE", "rank_by_certification": "DOUBLE", "chosen_by_benchmark": "DOUBLE",
                "chosen_by_robustness": "DOUBLE", "chosen_by_certification": "DOUBLE"},
+    "costs": {"run_id": "VARCHAR", "source": "VARCHAR", "audit_id": "VARCHAR", "claim": "VARCHAR",
+              "model": "VARCHAR", "policy": "VARCHAR", "seed": "BIGINT"},
     "metrics": {"run_id": "VARCHAR", "source": "VARCHAR", "experiment": "VARCHAR", "setting": "VARCHAR",
                 "claim": "VARCHAR", "fiber_rule": "VARCHAR", "min_support": "BIGINT", "metric": "VARCHAR",
                 "value": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE", "sd": "DOUBLE", "min": "DOUBLE",
@@ -90,8 +94,6 @@ _ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float
 def arrow_schema_of(table: str) -> dict[str, pa.DataType]:
     return {name: _ARROW_TYPES[kind] for name, kind in TABLE_SCHEMAS.get(table, {}).items()}
 
-
-# ------------------------------------------------------------------ atomic writes
 
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
@@ -127,28 +129,6 @@ def write_json_atomic(path: Path, payload: object, *, durable: bool = True) -> N
                        durable=durable)
 
 
-def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, str] | None = None) -> None:
-    """Write one Parquet file through a temporary name and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if metadata:
-        meta = dict(table.schema.metadata or {})
-        meta.update({k.encode(): str(v).encode() for k, v in metadata.items()})
-        table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-# ------------------------------------------------------------------ packages
-
 def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
     """Every table carries ``run_id`` as its first column."""
     if "run_id" in table.column_names:
@@ -159,6 +139,18 @@ def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
 def concat(tables: list[pa.Table]) -> pa.Table:
     """Stack tables of one row shape from several audits (columns unified by name)."""
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, object] | None = None) -> None:
+    """Write one Parquet file through a temporary name and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if metadata:
+        meta = dict(table.schema.metadata or {})
+        meta.update({str(k).encode(): str(v).encode() for k, v in metadata.items()})
+        table = table.replace_schema_metadata(meta)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
@@ -189,7 +181,7 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     file is named later (:func:`verify_package`). ``finalize(partial_dir)`` adds derived files (the HTML
     report) before the package appears, so it appears complete or not at all.
     """
-    unknown = set(tables) - set(CATALOG_TABLES)
+    unknown = set(tables) - set(PACKAGE_TABLES)
     if unknown:
         raise ValueError(f"not evidence-package tables: {sorted(unknown)}")
     target = Path(target)
@@ -206,7 +198,7 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
             table = conform(name, with_run_id(table, run_id))
             pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
             counts[name] = table.num_rows
-        files = {f"{name}.parquet": sha256_of(partial / f"{name}.parquet") for name in tables}
+        files = {f"{name}.parquet": sha256_file(partial / f"{name}.parquet") for name in tables}
         full_manifest = {**manifest, "run_id": run_id, "row_counts": counts, "files": files}
         (partial / "manifest.json").write_text(json.dumps(full_manifest, indent=2, default=str) + "\n")
         if finalize is not None:
@@ -223,6 +215,45 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     else:
         os.replace(partial, target)
     return target
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (the one definition)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+sha256_of = sha256_file   # the name the catalog code used before
+
+
+def md5_file(path: Path) -> str:
+    """Hex md5 of a file's bytes (only to compare with the md5 an upstream publishes)."""
+    h = hashlib.md5()  # noqa: S324 - upstream publishes md5, not a security use
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_table(path: Path, input_key: str, version: str | None, *,
+                 key_field: str = "dcaudit.sha256") -> bool:
+    """True when ``path`` exists, reads, and was derived from this input by this normaliser version.
+
+    ``key_field`` names the metadata entry holding the input key (a file's sha256, a digest of several, a
+    protocol hash); ``version=None`` skips the normaliser-version check (``dcaudit.normaliser``).
+    A table that does not read is never trusted: the caller derives it again.
+    """
+    if not path.is_file():
+        return False
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception:  # a corrupt table is re-derived, never trusted
+        return False
+    return (meta.get(key_field.encode(), b"").decode() == input_key
+            and (version is None or meta.get(b"dcaudit.normaliser", b"").decode() == version))
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -253,7 +284,7 @@ def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None]
             continue
         ok = hash_ok(path, digest) if hash_ok is not None else None
         if ok is None:
-            ok = sha256_of(path) == digest
+            ok = sha256_file(path) == digest
             if remember is not None:
                 remember(path, digest, ok)
         if not ok:

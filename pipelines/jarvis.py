@@ -22,11 +22,11 @@ from typing import Any
 import pyarrow as pa
 
 from dcaudit.audits.choice import model_choice
-from dcaudit.audits.claims import parse_claim, quote_identifier
-from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_fibers, replay_windows
+from dcaudit.claims import parse_claim, quote_identifier
 from dcaudit.errors import SpecError
+from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
 
 _KEYS = {"by_position", "probe_baseline"}
 _BASELINE_KEYS = {"table", "evidence", "claim", "fiber_rule", "min_support", "calibration_fraction", "seeds"}

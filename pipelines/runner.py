@@ -11,7 +11,8 @@ sha256s, same package version and source code (:func:`code_hash`) — records a 
 at the earlier package instead of recomputing it.
 
 Stages: the fiber audit always runs; a spec's optional sections (``[replay]``, ``[completion]``,
-``[sensitivity]``, ``[choice]``) each name a stage in ``SECTION_STAGES``, imported lazily.
+``[sensitivity]``, ``[choice]``, …) each name a stage in :data:`dcaudit.pipelines.stages.STAGES`, validated
+before the source is prepared and imported lazily.
 A stage is ``fn(ctx: StageContext) -> dict[table name, list of Arrow tables]``.
 """
 
@@ -21,7 +22,6 @@ import contextlib
 import errno
 import functools
 import hashlib
-import importlib
 import json
 import secrets
 import shutil
@@ -36,32 +36,24 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dcaudit
+from dcaudit import findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
-from dcaudit.connectors.base import PreparedSource
-from dcaudit.connectors.table import ROW_ID, input_hash, register_file
+from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import connect
 from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, WorkspaceError
+from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label_of, register_input
+from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
-from dcaudit.reports.package import concat, verify_package, write_package
-from dcaudit.spec import PipelineSpec
-
-SECTION_STAGES: dict[str, str] = {
-    # section name in a spec -> "module:function"; later stages register here
-    "completion": "dcaudit.audits.completion:completion_stage",
-    "replay": "dcaudit.audits.replay:replay_stage",
-    "sensitivity": "dcaudit.audits.sensitivity:sensitivity_stage",
-    "matbench": "dcaudit.pipelines.matbench:matbench_stage",
-    "choice": "dcaudit.audits.choice:choice_stage",
-    "jarvis": "dcaudit.pipelines.jarvis:jarvis_stage",
-    "vision": "dcaudit.audits.vision:vision_stage",
-}
+from dcaudit.spec import AuditTask, PipelineSpec
+from dcaudit.storage import concat, verify_package, write_package
 
 
 @dataclass
@@ -74,6 +66,8 @@ class StageContext:
     columns: dict[str, list[str]]       # view name -> its columns
     audits: dict[str, FiberAudit] = field(default_factory=dict)  # audit_id -> result of the fiber stage
     notes: list[str] = field(default_factory=list)
+    findings: list[pa.Table] = field(default_factory=list)   # rows of findings.parquet (duplicate ids, …)
+    checked_ids: set[tuple[str, str]] = field(default_factory=set)  # (view, id column) the contract checked
 
     def view_for(self, table: str | None) -> str:
         if table is None:
@@ -114,11 +108,13 @@ def code_hash() -> str:
     content of the code itself does neither."""
     import dcaudit.audits
     import dcaudit.connectors
+    import dcaudit.features
     import dcaudit.pipelines
     import dcaudit.reports
 
     h = hashlib.sha256()
-    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.pipelines, dcaudit.reports):
+    for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.features, dcaudit.pipelines,
+                   dcaudit.reports):
         root = Path(module.__file__).parent
         for path in sorted(p for p in root.iterdir() if p.suffix in {".py", ".toml"}):
             h.update(f"{module.__name__}/{path.name}\0".encode())
@@ -359,49 +355,85 @@ def _refresh_quietly(catalog: Catalog, quiet: bool) -> tuple[str, ...]:
     return (note,)
 
 
-def prepare_source(spec: PipelineSpec, settings: Settings) -> PreparedSource | Path:
+@dataclass(frozen=True)
+class UserSource:
+    """A table the user brings (a file path, or a frame from the Python API): the ``file`` source."""
+
+    name: str      # the source name in the package (the file name, or e.g. "polars DataFrame")
+    data: object   # a path or a frame; see dcaudit.inputs.register_input
+    label: str     # how messages name it
+
+
+_SOURCE_KEYS = ("connector", "path", "id", "duplicates")
+
+
+def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) -> PreparedSource | UserSource:
+    if data is not None:
+        return UserSource(spec.source, data, spec.source)
     path = Path(spec.source)
-    if path.suffix or path.exists():
-        return path
+    if path.suffix or path.exists() or any(ch in path.name for ch in "*?["):
+        return UserSource(path.name, path, str(path))
     # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
-    options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in ("connector", "path", "id")}
-    return get_connector(spec.source).prepare(settings, **options)
+    options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in _SOURCE_KEYS}
+    connector = get_connector(spec.source)
+    return connector.prepare(settings, parse_options(connector.name, connector.Options, options))
+
+
+def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSource | UserSource, *,
+                 timings: dict[str, float] | None = None, with_candidates: bool = True,
+                 quiet: bool = False) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    """Every audit and section of ``spec`` over a prepared source: (tables, extra manifest fields).
+
+    Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
+    timings = {} if timings is None else timings
+    validate_spec(spec)
+    con = connect(settings)
+    try:
+        ctx = _context(spec, settings, con, prepared, prepared.name)
+        with stage_progress("fibers", timings, quiet=quiet):
+            collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
+        for section in spec.sections:
+            with stage_progress(section, timings, quiet=quiet):
+                for table, parts in STAGES[section].function()(ctx).items():
+                    collected.setdefault(table, []).extend(parts)
+        found = [findings.read(prepared.findings)] if isinstance(prepared, PreparedSource) else []
+        found += [findings.to_arrow(findings.conform(pl.from_arrow(t))) for t in ctx.findings]  # type: ignore[arg-type]
+        if found:  # what the connector and the input contract found wrong with the inputs
+            collected["findings"] = found
+        tables = {name: concat(parts) for name, parts in collected.items() if parts}
+        return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
+                        "sources": source_provenance(prepared),
+                        "source_files": [s.manifest_entry() for s in prepared.sources]
+                        if isinstance(prepared, PreparedSource) else []}
+    finally:
+        con.close()
+
+
+def source_inputs(prepared: PreparedSource | UserSource) -> dict[str, str]:
+    """Input name -> sha256 of everything a prepared source was read from."""
+    if isinstance(prepared, PreparedSource):
+        return dict(prepared.inputs)
+    return input_digests(prepared.data, prepared.label)
 
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
              replace_existing: bool = False, with_candidates: bool = True, reuse: bool = False,
-             quiet: bool = False) -> RunResult:
-    """Run every audit and section of ``spec``; the package lands in ``runs/<run_id>`` or ``out_dir``."""
+             quiet: bool = False, data: object = None) -> RunResult:
+    """Run every audit and section of ``spec``, record the run and write its package (``runs/<run_id>`` or
+    ``out_dir``). ``data`` (a frame or path) replaces the spec's source, as the Python API passes it."""
+    validate_spec(spec)  # before anything is prepared or recorded: a bad section is bad input (exit 2)
     timings: dict[str, float] = {}
     source: dict[str, Any] = {}
 
     def inputs() -> dict[str, str]:  # runs under the spec lock (see execute_run)
         with stage_progress("source", timings, quiet=quiet):
-            prepared = prepare_source(spec, settings)
+            prepared = prepare_source(spec, settings, data)
         source["prepared"] = prepared
-        return input_hash(prepared) if isinstance(prepared, Path) else dict(prepared.inputs)
+        return source_inputs(prepared)
 
     def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
-        prepared = source["prepared"]
-        source_name = prepared.name
-        con = connect(settings)
-        try:
-            ctx = _context(spec, settings, con, prepared, source_name)
-            with stage_progress("fibers", timings, quiet=quiet):
-                collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
-            for section in spec.sections:
-                if section not in SECTION_STAGES:
-                    ctx.notes.append(f"section [{section}] has no stage in this version; skipped")
-                    continue
-                module, fn = SECTION_STAGES[section].split(":")
-                with stage_progress(section, timings, quiet=quiet):
-                    for table, parts in getattr(importlib.import_module(module), fn)(ctx).items():
-                        collected.setdefault(table, []).extend(parts)
-            tables = {name: concat(parts) for name, parts in collected.items() if parts}
-            return tables, {"timings": timings, "notes": ctx.notes, "source": source_name,
-                            "sources": source_provenance(prepared)}
-        finally:
-            con.close()
+        return compute_spec(spec, settings, source["prepared"], timings=timings, with_candidates=with_candidates,
+                            quiet=quiet)
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
@@ -411,10 +443,10 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
 _PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")
 
 
-def source_provenance(prepared: PreparedSource | Path) -> list[dict[str, str]]:
+def source_provenance(prepared: PreparedSource | UserSource) -> list[dict[str, str]]:
     """Where each input table came from (the connector's Parquet metadata): origin, URL, sha256, licence."""
-    if isinstance(prepared, Path):
-        return [{"table": prepared.name, "origin": str(prepared), "sha256": next(iter(input_hash(prepared).values()))}]
+    if isinstance(prepared, UserSource):
+        return [{"table": prepared.name, "origin": prepared.label}]
     out = []
     for name, path in prepared.tables.items():
         try:
@@ -431,16 +463,16 @@ def source_provenance(prepared: PreparedSource | Path) -> list[dict[str, str]]:
 
 
 def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnection,
-             prepared: PreparedSource | Path, source_name: str) -> StageContext:
-    tables: dict[str, str] = {}
-    columns: dict[str, list[str]] = {}
-    if isinstance(prepared, Path):
-        columns["src_0"] = register_file(con, prepared, "src_0", row_id=spec.id_column == ROW_ID)
-        tables[prepared.name] = "src_0"
+             prepared: PreparedSource | UserSource, source_name: str) -> StageContext:
+    """Every input table through the input contract (dcaudit.inputs), as a view named after it."""
+    registered: dict[str, RegisteredInput] = {}
+    if isinstance(prepared, UserSource):
+        registered[prepared.name] = register_input(con, prepared.data, label=prepared.label)
     else:
-        for i, (name, path) in enumerate(prepared.tables.items()):
-            columns[f"src_{i}"] = register_file(con, path, f"src_{i}")
-            tables[name] = f"src_{i}"
+        for name, path in prepared.tables.items():
+            registered[name] = register_input(con, path)
+    tables = {name: r.view for name, r in registered.items()}
+    columns = {r.view: list(r.columns) for r in registered.values()}
     notes = list(getattr(prepared, "notes", ()))
     return StageContext(spec, settings, con, source_name, tables, columns, notes=notes)
 
@@ -455,9 +487,14 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
                 out.setdefault(table, []).extend(parts)
             continue
         view = ctx.view_for(task.table)
+        check_candidate_ids(ctx, view, task)
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,
                               labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates)
+        if task.identity:
+            from dcaudit.audits.label_noise import label_noise_for_task
+
+            result = label_noise_for_task(ctx, task, task.identity, result)
         ctx.audits[task.audit_id] = result
         out["summary"].append(result.summary)
         out["fibers"].append(result.fibers)
@@ -465,6 +502,28 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
             out["candidates"].append(result.candidates)
     _note_support_moves(ctx)
     return out
+
+
+def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
+    """The input contract's id rule, once per (table, id column): an error, or findings rows with
+    ``duplicates = "keep"``. Also notes a claim that reads an evidence column (leakage)."""
+    leaked = sorted(set(task.claim.columns) & set(task.evidence.columns))
+    if leaked:
+        ctx.notes.append(f"{task.audit_id}: the claim reads evidence column(s) {', '.join(leaked)}: the evidence "
+                         "then decides the claim by construction (leakage)")
+    key = (view, ctx.spec.id_column)
+    if key in ctx.checked_ids or ctx.spec.id_column == ROW:
+        return
+    ctx.checked_ids.add(key)
+    from dcaudit.claims import claim_sql
+    from dcaudit.inputs import column_types
+
+    found = check_ids(ctx.con, view, ctx.spec.id_column, duplicates=ctx.spec.duplicates, source=ctx.source,
+                      claim_sql=claim_sql(task.claim, column_types(ctx.con, view)))
+    if found is not None and found.num_rows:
+        ctx.findings.append(found)
+        ctx.notes.append(f"{found.num_rows} candidate id(s) repeat in {label_of(view)}; kept, each row audited "
+                         "as a candidate (findings.parquet lists them)")
 
 
 def _note_support_moves(ctx: StageContext) -> None:
@@ -480,8 +539,3 @@ def _note_support_moves(ctx: StageContext) -> None:
         for support, unsup, audit_id in rows[1:]:
             ctx.notes.append(f"{audit_id}: min_support {support} moves {unsup - base_unsup} candidates "
                              f"from certified to 'unsupported' (vs min_support {base_support}, {base_id})")
-
-
-def log_notes(result: RunResult) -> None:
-    for note in result.notes:
-        console.print(f"[dim]{note}[/dim]")

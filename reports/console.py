@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 console = Console(stderr=True)
@@ -37,47 +38,210 @@ def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
     return table
 
 
-def print_summary(summary: pa.Table, title: str) -> None:
+def excluded_line(candidates: pa.Table | None) -> str | None:
+    """'3440 of 7831 candidates excluded: evidence_missing 3390, claim_missing 50' (per audit when several)."""
+    if candidates is None or "excluded_reason" not in candidates.column_names:
+        return None
+    import pyarrow.compute as pc
+
+    audits = candidates.column("audit_id").unique().to_pylist() if "audit_id" in candidates.column_names else [None]
+    parts = []
+    for audit in audits:
+        rows = candidates if audit is None else candidates.filter(pc.equal(candidates["audit_id"], audit))
+        if "model" in rows.column_names and rows.column("model").null_count < rows.num_rows:
+            continue  # per-model audits: the summary's n_excluded column says it per model
+        reasons = rows.filter(pc.is_valid(rows["excluded_reason"])).column("excluded_reason").value_counts()
+        if not len(reasons):
+            continue
+        counts = sorted(((r["values"], r["counts"]) for r in reasons.to_pylist()), key=lambda kv: -kv[1])
+        total = sum(n for _, n in counts)
+        parts.append((str(audit), f"{total} of {rows.num_rows} candidates excluded: "
+                      + ", ".join(f"{reason} {n}" for reason, n in counts)))
+    by_text: dict[str, list[str]] = {}
+    for audit, text in parts:  # audits that exclude the same candidates share one line
+        by_text.setdefault(text, []).append(audit)
+    if len(by_text) == 1 and len(audits) == len(parts):
+        return next(iter(by_text))
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in by_text.items()) or None
+
+
+def print_summary(summary: pa.Table, title: str, candidates: pa.Table | None = None) -> None:
     console.print(summary_table(summary, title))
+    line = excluded_line(candidates)
+    if line:
+        console.print(f"[dim]{line} (candidates.parquet: status 'excluded', excluded_reason)[/dim]")
 
 
-class PoochProgress:
-    """A rich progress bar with the interface pooch's HTTPDownloader expects (total, update, reset, close)."""
+def print_notes(notes: Sequence[str]) -> None:
+    for note in notes:
+        console.print(f"[dim]{note}[/dim]")
 
-    def __init__(self, name: str) -> None:
-        self._progress = Progress(TextColumn(name), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                                  console=console, transient=True)
-        self._task = self._progress.add_task(name, total=None)
-        self._progress.start()
-        self.total: int | None = None
 
-    def update(self, n: int) -> None:
-        self._progress.update(self._task, advance=n, total=self.total)
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
-    def reset(self) -> None:
-        self._progress.reset(self._task, total=self.total)
 
-    def close(self) -> None:
-        self._progress.stop()
+def print_rows(table: pa.Table, *, as_json: bool = False, tsv: bool = False) -> None:
+    """Any table on stdout: a rich table (wide enough for logs), JSON rows, or tab-separated rows."""
+    import json
+    import sys
+
+    if as_json:
+        print(json.dumps(table.to_pylist(), default=str, indent=1))
+        return
+    if tsv:
+        for row in table.to_pylist():
+            print("\t".join(_cell(v) for v in row.values()))
+        return
+    out = Table(show_lines=False)
+    for name in table.column_names:
+        out.add_column(name)
+    for row in table.to_pylist():
+        out.add_row(*[_cell(v) for v in row.values()])
+    Console(width=None if sys.stdout.isatty() else 160).print(out)
+
+
+def _pct(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{100 * value:.{digits}g}%"
+
+
+def completion_table(completion: pa.Table) -> pa.Table:
+    """Mean rows (seed NULL) of completion.parquet, in policy order: what each probe adds, with spread."""
+    import polars as pl
+
+    from dcaudit.defaults import COMPLETION_POLICIES
+
+    order = {p: i for i, p in enumerate(COMPLETION_POLICIES)}
+    df = pl.from_arrow(completion).filter(pl.col("seed").is_null())
+    df = df.with_columns(pl.col("policy").replace_strict(order, default=len(order)).alias("_o")).sort(["_o", "step"])
+    shown = df.select(
+        "policy", "step", pl.col("probe_added").alias("probe"),
+        (100 * pl.col("probe_added_share")).round(0).alias("chosen %"),
+        (100 * pl.col("certified_fraction")).round(2).alias("certified %"),
+        (100 * pl.col("certified_fraction_p10")).round(2).alias("p10"),
+        (100 * pl.col("certified_fraction_p90")).round(2).alias("p90"),
+        (100 * pl.col("certified_fraction_se")).round(2).alias("se"),
+        (100 * pl.col("false_decision_rate")).round(3).alias("false %"))
+    return shown.to_arrow()
+
+
+def recommended_probe(completion: pa.Table, seeds: int) -> str | None:
+    """'SR-MMP (response_rank's first choice in 61% of 200 seeds)', or None."""
+    import polars as pl
+
+    first = (pl.from_arrow(completion)
+             .filter(pl.col("seed").is_null() & (pl.col("step") == 1) & (pl.col("policy") == "response_rank")))
+    if first.is_empty():
+        return None
+    row = first.row(0, named=True)
+    return (f"{row['probe_added']} (response_rank's first choice in {100 * row['probe_added_share']:.0f}% of "
+            f"{seeds} seeds)")
+
+
+def print_completion(completion: pa.Table, seeds: int) -> None:
+    print_rows(completion_table(completion))
+    probe = recommended_probe(completion, seeds)
+    if probe:
+        console.print(f"recommended next probe: {probe}")
+
+
+def diff_table(audits: pa.Table) -> pa.Table:
+    """runs --diff: per audit, the certified and ambiguous fractions before and after (in percent)."""
+    import polars as pl
+
+    df = pl.from_arrow(audits)
+    keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in df.columns
+            and df[c].null_count() < df.height]
+    return df.select(*keys,
+                     (100 * pl.col("certified_before")).round(3).alias("cert % before"),
+                     (100 * pl.col("certified_after")).round(3).alias("cert % after"),
+                     (100 * pl.col("certified_change")).round(3).alias("Δ cert pp"),
+                     (100 * pl.col("ambiguous_before")).round(3).alias("amb % before"),
+                     (100 * pl.col("ambiguous_after")).round(3).alias("amb % after"),
+                     (100 * pl.col("ambiguous_change")).round(3).alias("Δ amb pp"),
+                     "n_before", "n_after").to_arrow()
+
+
+def diff_counts(audits: pa.Table) -> tuple[int, int, int, int]:
+    """(moved, new, gone, unchanged) audit rows of a runs --diff."""
+    import polars as pl
+
+    df = pl.from_arrow(audits)
+    moved = df.filter((pl.col("certified_change").abs() > 1e-12) | (pl.col("ambiguous_change").abs() > 1e-12)).height
+    new = df.filter(pl.col("n_before").is_null()).height
+    gone = df.filter(pl.col("n_after").is_null()).height
+    return moved, new, gone, df.height - moved - new - gone
+
+
+def simulation_table(tables: dict[str, pa.Table], experiment: str) -> pa.Table:
+    """The headline of a controlled experiment: the completion curve (acquisition) or the metrics."""
+    import polars as pl
+
+    if experiment == "acquisition":  # mean certified fraction per policy and step (steps 0-4)
+        df = (pl.from_arrow(tables["completion"]).filter(pl.col("seed").is_null() & (pl.col("step") <= 4))
+              .select("policy", "step", pl.col("certified_fraction").round(4)))
+        return df.pivot(on="step", index="policy", values="certified_fraction").sort("policy").to_arrow()
+    df = pl.from_arrow(tables["metrics"])
+    return df.select("setting", "metric", *[pl.col(c).round(4) for c in ("value", "ci_low", "ci_high", "min", "max")]
+                     ).to_arrow()
+
+
+def sensitivity_table(sensitivity: pa.Table) -> pa.Table:
+    import polars as pl
+
+    df = pl.from_arrow(sensitivity)
+    return df.select(*[c for c in ("audit_id", "model") if c in df.columns and df[c].null_count() < df.height],
+                     "fiber_rule", "tolerance", "n_candidates", "n_fibers",
+                     (100 * pl.col("certified_fraction")).round(2).alias("certified %"),
+                     (100 * pl.col("ambiguous_fraction")).round(2).alias("ambiguous %"),
+                     (100 * pl.col("unsupported_fraction")).round(2).alias("unsupported %"),
+                     "median_fiber_size").to_arrow()
 
 
 def replay_table(replay: pa.Table, title: str = "held-out replay (mean over seeds)") -> Table:
-    """The seed-NULL rows of replay.parquet: what acting on the evidence would cost, per policy."""
+    """The seed-NULL rows of replay.parquet: what acting on the evidence would cost, per policy — certified
+    share, false decisions (mean [p10, p90] over seeds), acquisitions as a share and a count, break-even price."""
     table = Table(title=title)
-    for header in ("audit", "model", "policy", "certified %", "false decisions %", "acquired", "break-even price"):
-        table.add_column(header, justify="left" if header in {"audit", "model", "policy"} else "right")
     names = set(replay.column_names)
+    show_model = "model" in names and replay.column("model").null_count < replay.num_rows
+    headers = ["audit", *(["model"] if show_model else []), "policy", "certified", "false (all) [p10, p90]",
+               "false (certified)", "CP bound", "acquired (share, count)", "break-even λ*"]
+    for header in headers:
+        table.add_column(header, justify="left" if header in {"audit", "model", "policy"} else "right")
     means = [row for row in replay.to_pylist() if row.get("seed") is None]
     if len(means) > 40:  # many models: the HTML report and `dcaudit query` show them all
         table.caption = f"{len(means) - 40} more rows in replay.parquet"
         means = means[:40]
     for row in means:
-        be = row.get("break_even_price") if "break_even_price" in names else None
-        table.add_row(str(row.get("audit_id") or ""), str(row.get("model") or ""), str(row["policy"]),
-                      f"{100 * row['certified_fraction']:.3f}", f"{100 * row['false_decision_rate']:.4f}",
-                      f"{row['acquisitions']:.1f}", "" if be is None else f"{be:.4f}")
+        be = row.get("break_even_price")
+        spread = (f" [{_pct(row.get('false_decision_rate_p10'))}, {_pct(row.get('false_decision_rate_p90'))}]"
+                  if row.get("false_decision_rate_p10") is not None else "")
+        acquired = (f"{_pct(row.get('acquired_fraction'))} ({row['acquisitions']:.1f})"
+                    if row.get("acquisitions") is not None else "")
+        table.add_row(str(row.get("audit_id") or ""), *([str(row.get("model") or "")] if show_model else []),
+                      str(row["policy"]), _pct(row.get("certified_fraction")),
+                      f"{_pct(row.get('false_decision_rate'))}{spread}", _pct(row.get("false_rate_certified")),
+                      _pct(row.get("risk_bound")), acquired, "" if be is None else f"{be:.4g}")
+    n_seeds = next((r.get("n_seeds") for r in means if r.get("n_seeds")), None)
+    if n_seeds:
+        table.caption = (table.caption + "; " if table.caption else "") + f"{n_seeds} seeds; acquired count = " \
+            "mean measurements per seed"
     return table
 
 
 def print_replay(replay: pa.Table) -> None:
     console.print(replay_table(replay))
+
+
+def findings_line(findings: pa.Table) -> str:
+    """``findings: 12 invalid_smiles, 3 duplicate_id`` — how many of which kind the connector reported."""
+    from dcaudit.findings import describe
+
+    return describe(findings)
+
+
+def print_findings(findings: pa.Table) -> None:
+    console.print(findings_line(findings) + ("  (dcaudit query \"select * from findings\")"
+                                             if findings.num_rows else ""))

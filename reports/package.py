@@ -1,21 +1,16 @@
-"""The evidence package: one directory per run, one Parquet file per row shape, plus manifest.json.
-
-The implementation lives in the core (:mod:`dcaudit.storage`, so the catalog can verify packages
-without importing a layer above it); this module re-exports it for the code that reads packages.
-"""
-
-from __future__ import annotations
+"""The evidence package is written and verified by the core (:mod:`dcaudit.storage`); reports read it."""
 
 import pyarrow.parquet as pq  # noqa: F401 - kept: tests patch ``package.pq.write_table``
 
-from dcaudit.storage import (  # noqa: F401 - re-exported
-    CATALOG_TABLES,
+from dcaudit.storage import (  # noqa: F401
     PACKAGE_TABLES,
     TABLE_SCHEMAS,
+    cached_table,
     concat,
     conform,
+    md5_file,
     read_manifest,
-    sha256_of,
+    sha256_file,
     verify_package,
     with_run_id,
     write_package,

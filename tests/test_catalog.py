@@ -29,7 +29,7 @@ from dcaudit.cli import cli
 from dcaudit.config import Settings
 from dcaudit.errors import SpecError
 from dcaudit.spec import load_spec, spec_from_dict
-from dcaudit.storage import TABLE_SCHEMAS, sha256_of, verify_package, write_package
+from dcaudit.storage import TABLE_SCHEMAS, sha256_file, verify_package, write_package
 from tests.conftest import MIRROR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +221,7 @@ def test_a_query_cannot_write_into_the_workspace(tmp_path: Path, bench: Path, mo
     home = tmp_path / "home"
     run = run_json(home, "run", str(spec_file(bench)))
     target = Path(run["package_dir"]) / "summary.parquet"
-    digest = sha256_of(target)
+    digest = sha256_file(target)
     attempts = [f"COPY (SELECT * FROM summary) TO '{target}'",
                 f"COPY (SELECT 1 AS x) TO '{home}/new.csv'",
                 f"SET enable_external_access = true; COPY (SELECT 1) TO '{target}'",
@@ -232,7 +232,7 @@ def test_a_query_cannot_write_into_the_workspace(tmp_path: Path, bench: Path, mo
         assert result.exit_code == 2, (sql, result.output)
         assert result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1, result.output
         assert "Traceback" not in result.output
-    assert sha256_of(target) == digest and not (home / "new.csv").exists() and not (home / "other.duckdb").exists()
+    assert sha256_file(target) == digest and not (home / "new.csv").exists() and not (home / "other.duckdb").exists()
     assert verify_package(target.parent) == []
     # reading other files stays allowed, and writing outside the workspace too
     elsewhere = tmp_path / "elsewhere"
@@ -255,7 +255,7 @@ def test_declared_schema_holds_and_older_packages_cast_or_are_named(tmp_path: Pa
         table = table.set_column(table.column_names.index(column), column, values)
         pq.write_table(table, path)
         manifest = json.loads((path.parent / "manifest.json").read_text())
-        manifest["files"]["summary.parquet"] = sha256_of(path)
+        manifest["files"]["summary.parquet"] = sha256_file(path)
         (path.parent / "manifest.json").write_text(json.dumps(manifest))
         return path
 

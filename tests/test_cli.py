@@ -107,3 +107,24 @@ def test_help_teaches_the_vocabulary() -> None:
     assert result.exit_code == 0 and "fiber" in result.output and "certified" in result.output
     audit_help = CliRunner().invoke(cli, ["audit", "--help"])
     assert "quantile:K" in audit_help.output and "--min-support" in audit_help.output
+
+
+def test_fail_if_gates_exit_1_and_bad_gates_exit_2(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    args = ["audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim", "active = 1",
+            "--quiet"]
+    ok = invoke(env, *args, "--fail-if", "ambiguous_fraction > 0.5")
+    assert ok.exit_code == 0, ok.output
+    failed = invoke(env, *args, "--fail-if", "ambiguous_fraction > 0.2", "--fail-if", "n_candidates < 2")
+    assert failed.exit_code == 1 and "ambiguous_fraction > 0.2" in failed.output
+    bad = invoke(env, *args, "--fail-if", "ambiguous_fraction >")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_export_benchcert(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pkg"
+    assert invoke(env, "audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim",
+                  "active = 1", "--out", str(out)).exit_code == 0
+    exported = invoke(env, "export", str(out), "--out", str(tmp_path / "bc"))
+    assert exported.exit_code == 0, exported.output
+    assert {p.name for p in (tmp_path / "bc").iterdir()} == {"summary.json", "fiber_table.csv",
+                                                             "ambiguous_cases.csv", "report.html"}

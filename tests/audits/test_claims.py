@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim, tokenize
+from dcaudit.claims import parse_claim, tokenize
 from dcaudit.errors import ClaimError
 
 COLS = ["SR-p53", "gap", "ehull", "robust", "name"]

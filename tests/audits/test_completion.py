@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.completion import POLICIES, CompletionConfig, completion_curves, split_sql
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+from dcaudit.claims import parse_claim
 from dcaudit.errors import InputError, SpecError
 
 CLAIM = parse_claim("y = 1")

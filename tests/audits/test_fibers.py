@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
-from dcaudit.errors import ClaimError, InputError, SpecError
+from dcaudit.claims import parse_claim
+from dcaudit.errors import ClaimError, SpecError
 
 LABELS = AuditLabels("test", "a")
 
@@ -116,7 +116,7 @@ def test_known_answer_with_statuses_and_exclusions() -> None:
     assert (s["certified_true"], s["certified_false"], s["ambiguous"], s["unsupported"]) == (2, 0, 2, 1)
     assert s["benchmark_only_errors"] == 1 and s["prevalence"] == pytest.approx(3 / 5)
     status = {c["candidate_id"]: (c["status"], c["excluded_reason"]) for c in out["candidates"]}
-    assert status["6"] == ("excluded", "evidence missing") and status["7"] == ("excluded", "claim missing")
+    assert status["6"] == ("excluded", "evidence_missing") and status["7"] == ("excluded", "claim_missing")
     assert status["5"] == ("unsupported", None) and status["1"] == ("ambiguous", None)
 
 
@@ -150,5 +150,5 @@ def test_errors_name_the_problem() -> None:
         run(rows, ["e"], min_support=0)
     with pytest.raises(SpecError, match="window"):
         run(rows, ["e"], rule="knn:5")
-    with pytest.raises(InputError, match="claim"):
+    with pytest.raises(ClaimError, match="text, not true/false"):
         run([{"id": 1, "e": 0, "y": "abc"}], ["e"], claim="y")  # a text column is not a claim

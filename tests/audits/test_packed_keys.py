@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcaudit.audits import fibers
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
+from dcaudit.claims import parse_claim
 
 ROW = st.fixed_dictionaries({
     "a": st.none() | st.integers(-3, 3),

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import (
@@ -29,6 +28,7 @@ from dcaudit.audits.replay import (
     replay_windows,
     window_counts,
 )
+from dcaudit.claims import parse_claim
 from dcaudit.errors import InputError, SpecError
 
 LABELS = AuditLabels("test", "a")

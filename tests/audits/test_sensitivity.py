@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.sensitivity import knn_counts, sensitivity, tolerance_counts
+from dcaudit.claims import parse_claim
 from dcaudit.errors import SpecError
 
 LABELS = AuditLabels("test", "s")

@@ -11,10 +11,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.audits.replay import ReplayConfig, calibration_members, replay_fibers
+from dcaudit.claims import parse_claim
 from dcaudit.errors import InputError, MissingExtraError
 
 pytest.importorskip("pyspark")  # the spark extra; `make install` installs it

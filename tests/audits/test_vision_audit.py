@@ -13,28 +13,31 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dcaudit.audits import vision as va
-from dcaudit.audits.claims import parse_claim
 from dcaudit.audits.evidence import EvidenceMap
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
+from dcaudit.claims import parse_claim
 from dcaudit.connectors import vision as v
+from dcaudit.connectors import vision_models as vm
+from dcaudit.connectors import vision_predictions as vp
 from dcaudit.errors import InputError
 from dcaudit.pipelines.runner import run_spec
 from dcaudit.spec import spec_from_dict
 
 MODELS = ("logistic", "knn", "gaussian_nb")
-PROTOCOL = v.DigitsProtocol(n_splits=3, models=MODELS)
+PROTOCOL = vm.DigitsProtocol(n_splits=3, models=MODELS)
 
 
 @pytest.fixture(scope="module")
 def reduced() -> tuple[duckdb.DuckDBPyConnection, str, va.VisionAudit]:
     """3 splits × 3 fast models of the paper's protocol, audited once for the module."""
-    run = v.run_digits(PROTOCOL, n_jobs=1)
+    run = vm.run_digits(PROTOCOL, n_jobs=1)
     con = duckdb.connect()
     con.register("preds_arrow", run.table)
     con.execute("CREATE TABLE preds AS SELECT * FROM preds_arrow")
-    view = v.validate_predictions(con, "preds", file="reduced digits")
+    view = vp.validate_predictions(con, "preds", file="reduced digits")
     suites = va.build_suites(con, view, ["all", "each"])
-    result = va.audit_predictions(con, view, source="vision-digits", suites=suites, model_order=MODELS,
+    result = va.audit_predictions(con, view, source="vision-digits", evidence_sql=vp.image_evidence_sql(view),
+                                  suites=suites, model_order=MODELS,
                                   bootstrap=200)
     return con, view, result
 
@@ -65,7 +68,7 @@ def test_deciles_match_pandas_qcut(reduced) -> None:
     import pandas as pd
 
     con, view, _ = reduced
-    ev = con.sql(v.image_evidence_sql(view)).to_arrow_table().to_pandas()
+    ev = con.sql(vp.image_evidence_sql(view)).to_arrow_table().to_pandas()
     for (split, model), grp in ev.groupby(["split", "model"]):
         expect = pd.qcut(grp["confidence"], q=10, labels=False, duplicates="drop")
         assert (grp["confidence_decile"].to_numpy() == expect.to_numpy()).all(), (split, model)
@@ -74,7 +77,7 @@ def test_deciles_match_pandas_qcut(reduced) -> None:
 def test_grouped_audit_equals_audit_fibers(reduced) -> None:
     con, view, res = reduced
     con.execute(f"""CREATE OR REPLACE TEMP VIEW one AS
-        SELECT e.*, e.clean_correct AND r.ok AS robust FROM ({v.image_evidence_sql(view)}) e
+        SELECT e.*, e.clean_correct AND r.ok AS robust FROM ({vp.image_evidence_sql(view)}) e
         JOIN (SELECT split, model, image_id, bool_and(predicted = label) AS ok FROM {view}
               WHERE condition <> 'clean' GROUP BY ALL) r USING (split, model, image_id)
         WHERE e.split = 1 AND e.model = 'knn'""")
@@ -135,8 +138,9 @@ KNOWN = [
 def _audit(rows: list[tuple], min_support: int = 1) -> va.VisionAudit:
     con = duckdb.connect()
     con.register("raw", _table(rows))
-    view = v.validate_predictions(con, "raw", file="known")
-    return va.audit_predictions(con, view, source="known", suites=va.build_suites(con, view, ["all"]),
+    view = vp.validate_predictions(con, "raw", file="known")
+    return va.audit_predictions(con, view, source="known", evidence_sql=vp.image_evidence_sql(view),
+                                suites=va.build_suites(con, view, ["all"]),
                                 min_support=min_support, bootstrap=0)
 
 
@@ -190,7 +194,7 @@ def test_run_spec_with_the_vision_connector(settings) -> None:
     assert any("pooled fiber audit agrees" in n for n in result.notes)
     assert any(n.startswith("vision-digits: median ambiguous") for n in result.notes)
     # the second run reuses the cached predictions instead of refitting
-    again = v.prepare(settings, datasets=["digits"], digits_splits=2, digits_models=["logistic", "gaussian_nb"])
+    again = v.prepare(settings, v.Options(datasets=("digits",), digits_splits=2, digits_models=("logistic", "gaussian_nb")))
     assert any("reused" in n for n in again.notes)
 
 
@@ -206,12 +210,14 @@ def test_run_spec_with_a_user_predictions_file(settings, tmp_path: Path) -> None
                 rows.append(f"{split},{model},{img},jpeg,{label if rng.random() < 0.6 else 1},{label},0.5")
     path = tmp_path / "my_preds.csv"
     path.write_text("\n".join(rows) + "\n")
-    raw = {"name": "mine", "source": {"path": str(path), "id": "image_id"},
+    # the long table repeats each image_id per split, model and condition: kept, and reported as findings
+    raw = {"name": "mine", "source": {"path": str(path), "id": "image_id", "duplicates": "keep"},
            "audits": [{"id": "clean-evidence", "claim": "predicted = label", "evidence": ["predicted"]}],
            "vision": {"suites": ["all"], "conditions": ["jpeg"], "bootstrap": 50}}
     result = run_spec(spec_from_dict(raw), settings)
     summary = [r for r in result.tables["summary"].to_pylist() if r["audit_id"] == "robust[all]"]
     assert {r["source"] for r in summary} == {"my_preds.csv"} and len(summary) == 2 * 2 + 2
+    assert set(result.tables["findings"].column("kind").to_pylist()) <= {"duplicate_id", "duplicate_id_conflicting"}
     raw["vision"]["conditions"] = ["blur"]
     with pytest.raises(InputError, match="unknown condition 'jpeg'") as exc:
         run_spec(spec_from_dict({**raw, "name": "mine2"}), settings)

@@ -26,7 +26,7 @@ def _settings(home: Path, mirror: Path | None) -> Settings:
 def real(tmp_path_factory: pytest.TempPathFactory) -> jarvis.PreparedSource:
     mirror_path(jarvis.CONTRIB_DIR)
     settings = _settings(tmp_path_factory.mktemp("jarvis-home"), MIRROR)
-    return jarvis.prepare(settings, require=(FE, GAP))
+    return jarvis.prepare(settings, jarvis.Options(require=(FE, GAP)))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def _csv(rows: list[tuple[str, object]], header: str = "id,prediction") -> str:
 
 
 def test_registered() -> None:
-    assert get_connector("jarvis") is jarvis
+    assert get_connector("jarvis") is jarvis.CONNECTOR
 
 
 def test_real_mirror_tables(real: jarvis.PreparedSource) -> None:
@@ -72,12 +72,13 @@ def test_real_mirror_tables(real: jarvis.PreparedSource) -> None:
     assert wide["model"].n_unique() == 15 and "matformer_256" not in wide["model"].unique().to_list()
     per_model = wide.filter(pl.col(f"pred_{FE}").is_not_null()).group_by("model").len()
     assert per_model["len"].unique().to_list() == [5572]
-    # the intersection of the fe, gap and MBJ test splits: PAPER-NOTES §6.3's 187 materials
+    # the intersection of the fe, gap and MBJ test splits: the paper's 187 materials of the MBJ probe
     tt = pl.read_parquet(real.tables["test_truth"])
     assert tt.drop_nulls([FE, GAP, "mbj_bandgap"]).height == 187
     findings = pl.read_parquet(real.reports["findings"])
-    # upstream lists a few ids in two splits of one benchmark: reported, nothing else is wrong
-    assert set(findings["issue"].unique()) == {"id_in_several_splits"}
+    # upstream lists a few ids in two splits of one benchmark, and three models' files carry the
+    # reference in a `target` column: reported, nothing else is wrong
+    assert set(findings["issue"].unique()) == {"id_in_several_splits", "target_column_is_reference"}
     assert any("left out" in n and "matformer_256" in n for n in real.notes)
 
 
@@ -96,9 +97,20 @@ def test_columns_read_by_name_not_position(real: jarvis.PreparedSource) -> None:
     assert joined.height == 5572 and (joined["v"] - joined["target"]).abs().max() < 1e-9
 
 
+def test_target_columns_carrying_the_reference_are_findings(real: jarvis.PreparedSource) -> None:
+    """alignn, cgcnn and atomgpt ship id,target,prediction: the column a by-position reader takes is the truth."""
+    common = pl.read_parquet(real.findings)
+    assert common.columns == ["source", "file", "row", "column", "kind", "detail", "candidate_id"]
+    ref = common.filter(pl.col("kind") == "target_column_is_reference")
+    fe = sorted(f.split("/")[1] for f in ref["file"] if FE in f)
+    assert fe == ["alignn_model", "atomgpt_model", "cgcnn_model"]
+    assert set(ref["column"]) == {"target"} and (ref["source"] == "jarvis").all()
+    assert common.filter(pl.col("kind") == "id_in_several_splits")["candidate_id"].str.starts_with("JVASP-").all()
+
+
 def test_prepare_reuses_normalised_tables(real: jarvis.PreparedSource, tmp_path: Path) -> None:
     settings = _settings(Path(real.tables["jarvis"]).parents[3], MIRROR)
-    again = jarvis.prepare(settings, require=(FE, GAP))
+    again = jarvis.prepare(settings, jarvis.Options(require=(FE, GAP)))
     assert again.tables == real.tables and any("reused" in n for n in again.notes)
 
 
@@ -138,7 +150,7 @@ def test_leak_and_unknown_model_are_reported(tmp_path: Path, test_ids: pl.DataFr
     leak = _csv([(j, round(t, 3)) for j, t in test.select("jid", "target").iter_rows()])  # reference, rounded
     honest = _csv([(j, t + 0.05) for j, t in test.select("jid", "target").iter_rows()])
     mirror = _fake_mirror(tmp_path / "mirror", {("leaky_model", FE): leak, ("my_new_model", FE): honest})
-    prepared = jarvis.prepare(_settings(tmp_path / "home", mirror), properties=(FE,))
+    prepared = jarvis.prepare(_settings(tmp_path / "home", mirror), jarvis.Options(properties=(FE,)))
     findings = pl.read_parquet(prepared.reports["findings"])
     leak_rows = findings.filter(pl.col("issue") == "leak_identical_to_reference")
     assert leak_rows["model"].to_list() == ["leaky_model"] and "5572" in leak_rows["detail"][0]
@@ -152,12 +164,12 @@ def test_leak_and_unknown_model_are_reported(tmp_path: Path, test_ids: pl.DataFr
 
 def test_unknown_model_name_is_an_error_with_suggestion(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"unknown JARVIS model 'alignn_modle'.*did you mean alignn_model"):
-        jarvis.prepare(_settings(tmp_path / "home", MIRROR), properties=(FE,), models=["alignn_modle"])
+        jarvis.prepare(_settings(tmp_path / "home", MIRROR), jarvis.Options(properties=(FE,), models=("alignn_modle",)))
 
 
 def test_require_must_name_loaded_properties(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="require"):
-        jarvis.prepare(_settings(tmp_path / "home", MIRROR), properties=(FE,), require=(GAP,))
+        jarvis.prepare(_settings(tmp_path / "home", MIRROR), jarvis.Options(properties=(FE,), require=(GAP,)))
 
 
 def test_missing_prediction_column_names_file_and_column(tmp_path: Path) -> None:
@@ -186,7 +198,7 @@ def test_tampered_known_file_fails_verification(tmp_path: Path, test_ids: pl.Dat
     test = test_ids.filter(pl.col("split") == "test")
     mirror = _fake_mirror(tmp_path / "mirror", {("alignn_model", FE): _csv([(j, 0.0) for j in test["jid"]])})
     with pytest.raises(IntegrityError, match="alignn_model.*sha256.*truncated or modified"):
-        jarvis.prepare(_settings(tmp_path / "home", mirror), properties=(FE,))
+        jarvis.prepare(_settings(tmp_path / "home", mirror), jarvis.Options(properties=(FE,)))
 
 
 def test_non_numeric_truth_names_file_and_id(tmp_path: Path) -> None:
@@ -211,6 +223,6 @@ def test_offline_without_mirror_says_where_to_put_the_files(tmp_path: Path) -> N
     from dcaudit.errors import MissingSourceError
 
     with pytest.raises(MissingSourceError, match=r"jarvis_leaderboard/contributions/alignn_model/.*raw\.githubusercontent"):
-        jarvis.prepare(_settings(tmp_path / "home", None), properties=(FE,))
+        jarvis.prepare(_settings(tmp_path / "home", None), jarvis.Options(properties=(FE,)))
     with pytest.raises(MissingSourceError, match="no list of JARVIS contributions"):
-        jarvis.prepare(_settings(tmp_path / "home", None), properties=("spillage",))
+        jarvis.prepare(_settings(tmp_path / "home", None), jarvis.Options(properties=("spillage",)))

@@ -19,8 +19,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from dcaudit.config import Settings, load_settings
-from dcaudit.connectors import magpie, matbench
+from dcaudit.connectors import matbench
 from dcaudit.errors import InputError, IntegrityError
+from dcaudit.features import magpie
 from tests.conftest import MIRROR, mirror_path
 
 SMALL = ("steels", "dielectric")
@@ -37,7 +38,7 @@ def mb_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 @pytest.fixture(scope="module")
 def prepared(mb_settings: Settings):  # noqa: ANN201
-    return matbench.prepare(mb_settings, tasks=SMALL, submissions=SUBS)
+    return matbench.prepare(mb_settings, matbench.Options(tasks=SMALL, submissions=SUBS))
 
 
 def test_embedded_hashes_are_the_manifests() -> None:
@@ -92,13 +93,28 @@ def test_leaderboard_predictions_cover_each_test_set_once(prepared) -> None:  # 
     joined = pl.read_parquet(prepared.tables["leaderboard_dielectric"])
     assert joined.height == preds.filter(pl.col("task") == "dielectric").height and "n" in joined.columns
     assert pl.read_parquet(prepared.reports["findings"]).height == 0
+    assert pl.read_parquet(prepared.findings).height == 0
+
+
+def test_findings_in_the_common_schema() -> None:
+    detail = matbench.findings_frame([
+        {"source": "matbench", "file": "x.json", "task": "steels", "row": 3, "mbid": "mb-1", "column": "yield strength",
+         "issue": "target: NaN", "value": "nan", "action": "kept with a null target"},
+        {"source": "matbench", "file": "r.json", "task": "steels", "submission": "rf", "fold": 2, "mbid": "mb-2",
+         "column": "mbid", "issue": "id predicted in a fold whose test set lacks it", "action": "kept"},
+        {"source": "matbench", "submission": "coGN", "issue": "results not available"}])
+    common = matbench.as_findings(detail)
+    assert common.columns == ["source", "file", "row", "column", "kind", "detail", "candidate_id"]
+    assert common["kind"].to_list() == ["target_nan", "id_predicted_in_wrong_fold", "results_not_available"]
+    assert common["candidate_id"].to_list() == ["mb-1", "mb-2", None]
+    assert common["detail"][1] == "steels / rf fold 2: id predicted in a fold whose test set lacks it; kept"
 
 
 def test_unknown_submission_and_task_are_named(mb_settings: Settings) -> None:
     with pytest.raises(InputError, match=r"unknown Matbench submission\(s\) \['CrabNot'\].*CrabNet"):
-        matbench.prepare(mb_settings, tasks=SMALL, submissions=["CrabNot"])
+        matbench.prepare(mb_settings, matbench.Options(tasks=SMALL, submissions=("CrabNot",)))
     with pytest.raises(InputError, match="unknown Matbench task"):
-        matbench.prepare(mb_settings, tasks=["mp_gapp"])
+        matbench.prepare(mb_settings, matbench.Options(tasks=("mp_gapp",)))
 
 
 def _results_file(path: Path, body: str) -> Path:
@@ -170,7 +186,7 @@ def test_tampered_mirror_file_is_refused(tmp_path: Path) -> None:
     (mirror / "datasets" / "matbench_steels.json.bz2").write_bytes(original[:-10])
     s = Settings(home=tmp_path / "home", mirror=tmp_path / "mirror", memory_limit="2GB", threads=1, offline=True)
     with pytest.raises(IntegrityError, match="matbench_steels.json.bz2 has sha256.*MANIFEST"):
-        matbench.prepare(s, tasks=["steels"], submissions=[])
+        matbench.prepare(s, matbench.Options(tasks=("steels",), submissions=()))
 
 
 def test_magpie_features_equal_matminer(tmp_path: Path) -> None:

@@ -144,7 +144,11 @@ def test_audit_runs_once_a_summary_is_present(settings: Settings, tmp_path: Path
     assert main["model"].to_list() == ["megnet"]
     # megnet's 524 extra ids (the unfiltered WBM set) are outside the summary: reported, not audited
     assert (main["n_candidates"] == alignn.height).all() and (main["n_fibers"] == 20).all()
-    findings = pl.read_parquet(settings.tables_dir / "matbench-discovery" / "findings.parquet")
+    findings = pl.read_parquet(settings.tables_dir / "matbench-discovery" / "matbench_discovery_findings.parquet")
     outside = findings.filter(pl.col("issue") == "id not in the WBM summary")
     assert outside.height == 524 and set(outside["model"]) == {"megnet"}
+    # the same rows in the package's findings table (common schema)
+    package = pl.from_arrow(result.tables["findings"])
+    assert package.filter(pl.col("kind") == "id_not_in_wbm_summary").height == 524
+    assert set(package["source"]) == {"matbench-discovery"}
     assert "sensitivity" in result.tables and "metrics" in result.tables

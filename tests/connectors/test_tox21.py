@@ -47,6 +47,24 @@ def test_structure_duplicates_report_conflicting_labels(prepared) -> None:  # no
         assert sorted(dups.filter(pl.col("inchikey") == key)["conflicting_assays"][0].to_list()) == sorted(conflicting)
 
 
+def test_findings_list_invalid_smiles_and_duplicates(prepared) -> None:  # noqa: ANN001
+    """The connector's findings, in the common schema: every invalid SMILES and every duplicate compound."""
+    found = pl.read_parquet(prepared.findings)
+    table = pl.read_parquet(prepared.tables["tox21"]).with_row_index("row", 1)
+    dups = pl.read_parquet(prepared.reports["structure_duplicates"])
+    assert found.columns == ["source", "file", "row", "column", "kind", "detail", "candidate_id"]
+    invalid = found.filter(pl.col("kind") == "invalid_smiles")
+    assert sorted(invalid["candidate_id"]) == sorted(table.filter(~pl.col("smiles_valid"))["mol_id"])
+    conflicting = found.filter(pl.col("kind") == "structure_duplicate_conflicting_labels")
+    expected = dups.filter(pl.col("conflicting_assays").list.len() > 0)
+    assert conflicting.height == expected.height > 0
+    assert sorted(conflicting["candidate_id"]) == sorted(expected["mol_id"])
+    # `row` is the compound's data row in the CSV
+    rows = dict(table.select("mol_id", "row").iter_rows())
+    assert all(rows[c] == r for c, r in conflicting.select("candidate_id", "row").iter_rows())
+    assert found.filter(pl.col("kind") == "structure_duplicate").height == dups.height - expected.height
+
+
 def test_rerun_reuses_the_normalised_table(tox21_settings: Settings, prepared) -> None:  # noqa: ANN001
     again = tox21.prepare(tox21_settings)
     assert "reused" in again.notes[0]

@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from dcaudit.connectors import image_corruptions as ic
-from dcaudit.connectors import vision as v
+from dcaudit.connectors import vision_models as vm
+from dcaudit.connectors import vision_predictions as vp
 from dcaudit.errors import InputError, IntegrityError
+from dcaudit.features import image_corruptions as ic
 from tests.conftest import mirror_path
 
 # ------------------------------------------------------------------------------------- digits corruptions
@@ -22,8 +23,8 @@ from tests.conftest import mirror_path
 
 @pytest.fixture(scope="module")
 def digits() -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    images, labels = v.digits_images()
-    return images, labels, v.digits_corruptions(images)
+    images, labels = vm.digits_images()
+    return images, labels, vm.digits_corruptions(images)
 
 
 def test_digits_images_are_scaled(digits) -> None:
@@ -35,14 +36,14 @@ def test_digits_images_are_scaled(digits) -> None:
 
 def test_digits_corruptions_are_deterministic_with_stated_shapes(digits) -> None:
     images, _, cond = digits
-    again = v.digits_corruptions(images)
-    assert list(cond) == ["clean", *v.DIGITS_CORRUPTIONS]
+    again = vm.digits_corruptions(images)
+    assert list(cond) == ["clean", *vm.DIGITS_CORRUPTIONS]
     for name, arr in cond.items():
         assert arr.shape == (1797, 8, 8), name
         assert np.array_equal(arr, again[name]), f"{name} differs between two calls"
         assert arr.min() >= 0.0 and arr.max() <= 1.0, name
     # another seed gives other noise; the deterministic corruptions do not depend on it
-    other = v.digits_corruptions(images, v.DigitsProtocol(corruption_seed=1))
+    other = vm.digits_corruptions(images, vm.DigitsProtocol(corruption_seed=1))
     assert not np.array_equal(other["gaussian_noise"], cond["gaussian_noise"])
     assert np.array_equal(other["gaussian_blur"], cond["gaussian_blur"])
 
@@ -72,8 +73,8 @@ def test_digits_corruption_values(digits) -> None:
 
 @pytest.fixture(scope="module")
 def mnist() -> tuple[np.ndarray, np.ndarray]:
-    images = v.read_idx(mirror_path("vision/mnist/t10k-images-idx3-ubyte.gz"))
-    labels = v.read_idx(mirror_path("vision/mnist/t10k-labels-idx1-ubyte.gz"))
+    images = vm.read_idx(mirror_path("vision/mnist/t10k-images-idx3-ubyte.gz"))
+    labels = vm.read_idx(mirror_path("vision/mnist/t10k-labels-idx1-ubyte.gz"))
     return images, labels
 
 
@@ -88,7 +89,7 @@ def test_truncated_idx_is_an_integrity_error(tmp_path: Path) -> None:
     bad = tmp_path / "t10k-images-idx3-ubyte.gz"
     bad.write_bytes(gzip.compress(header + bytes(100)))
     with pytest.raises(IntegrityError, match="truncated"):
-        v.read_idx(bad)
+        vm.read_idx(bad)
 
 
 @pytest.mark.parametrize("name", sorted(ic.CORRUPTIONS))
@@ -144,12 +145,12 @@ def test_confidence_is_proba_or_margin() -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(120, 4))
     y = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0).astype(int)
-    svm = v.make_model("linear_svm", 0, scaled=False).fit(x, y)
-    pred, conf = v.predict_with_confidence(svm, x)
+    svm = vm.make_model("linear_svm", 0, scaled=False).fit(x, y)
+    pred, conf = vm.predict_with_confidence(svm, x)
     scores = np.sort(svm.decision_function(x), axis=1)
     assert np.allclose(conf, scores[:, -1] - scores[:, -2]) and np.array_equal(pred, svm.predict(x))
-    nb = v.make_model("gaussian_nb", 0, scaled=False).fit(x, y)
-    pred, conf = v.predict_with_confidence(nb, x)
+    nb = vm.make_model("gaussian_nb", 0, scaled=False).fit(x, y)
+    pred, conf = vm.predict_with_confidence(nb, x)
     assert np.allclose(conf, nb.predict_proba(x).max(axis=1)) and np.array_equal(pred, nb.predict(x))
 
 
@@ -171,7 +172,7 @@ def _good_rows() -> str:
 
 def test_generic_predictions_load_and_normalise(tmp_path: Path) -> None:
     con = duckdb.connect()
-    view = v.read_predictions(con, _write(tmp_path, _good_rows()), conditions=["noise"])
+    view = vp.read_predictions(con, _write(tmp_path, _good_rows()), conditions=["noise"])
     rows = con.execute(f"SELECT split, model, image_id, condition, predicted, label, confidence, severity "
                        f"FROM {view} ORDER BY image_id, condition").fetchall()
     assert rows[0] == (0, "m1", "a", "clean", "1", "1", 0.9, None)
@@ -181,7 +182,7 @@ def test_generic_predictions_load_and_normalise(tmp_path: Path) -> None:
 def test_generic_missing_columns_named(tmp_path: Path) -> None:
     path = _write(tmp_path, "model,image_id,condition,predicted,confidence\nm,a,clean,1,0.5\n")
     with pytest.raises(InputError) as exc:
-        v.read_predictions(duckdb.connect(), path)
+        vp.read_predictions(duckdb.connect(), path)
     assert exc.value.column == "label" and exc.value.file == str(path)
     assert "missing column(s) label" in str(exc.value)
 
@@ -189,7 +190,7 @@ def test_generic_missing_columns_named(tmp_path: Path) -> None:
 def test_generic_unknown_condition_names_row(tmp_path: Path) -> None:
     path = _write(tmp_path, _good_rows() + "0,m1,a,fog,1,1,0.5\n")
     with pytest.raises(InputError) as exc:
-        v.read_predictions(duckdb.connect(), path, conditions=["noise"])
+        vp.read_predictions(duckdb.connect(), path, conditions=["noise"])
     assert (exc.value.row, exc.value.column) == (5, "condition")
     assert "unknown condition 'fog'" in str(exc.value)
 
@@ -197,14 +198,14 @@ def test_generic_unknown_condition_names_row(tmp_path: Path) -> None:
 def test_generic_without_clean_condition(tmp_path: Path) -> None:
     path = _write(tmp_path, HEADER + "0,m1,a,noise,1,1,0.9\n0,m1,a,blur,1,1,0.9\n")
     with pytest.raises(InputError, match="no rows with condition 'clean'") as exc:
-        v.read_predictions(duckdb.connect(), path)
+        vp.read_predictions(duckdb.connect(), path)
     assert exc.value.column == "condition"
 
 
 def test_generic_duplicate_rows_named(tmp_path: Path) -> None:
     path = _write(tmp_path, _good_rows() + "0,m1,b,noise,2,2,0.6\n")
     with pytest.raises(InputError) as exc:
-        v.read_predictions(duckdb.connect(), path)
+        vp.read_predictions(duckdb.connect(), path)
     assert (exc.value.row, exc.value.column) == (5, "image_id")
     assert "first at row 4" in str(exc.value) and "condition 'noise'" in str(exc.value)
 
@@ -212,11 +213,11 @@ def test_generic_duplicate_rows_named(tmp_path: Path) -> None:
 def test_generic_bad_values_named(tmp_path: Path) -> None:
     empty = _write(tmp_path, _good_rows() + "0,,c,clean,1,1,0.5\n", "empty.csv")
     with pytest.raises(InputError) as exc:
-        v.read_predictions(duckdb.connect(), empty)
+        vp.read_predictions(duckdb.connect(), empty)
     assert (exc.value.row, exc.value.column) == (5, "model")
     text = _write(tmp_path, _good_rows() + "0,m1,c,clean,1,1,high\n", "text.csv")
     with pytest.raises(InputError, match="finite number") as exc:
-        v.read_predictions(duckdb.connect(), text)
+        vp.read_predictions(duckdb.connect(), text)
     assert (exc.value.row, exc.value.column) == (5, "confidence")
 
 
@@ -228,5 +229,30 @@ def test_generic_parquet_without_split(tmp_path: Path) -> None:
     pq.write_table(pa.table({"model": ["m", "m"], "image_id": [1, 1], "condition": ["clean", "jpeg"],
                              "predicted": [3, 3], "label": [3, 3], "confidence": [0.5, 0.4]}), path)
     con = duckdb.connect()
-    view = v.read_predictions(con, path)
+    view = vp.read_predictions(con, path)
     assert con.execute(f"SELECT DISTINCT split FROM {view}").fetchall() == [(0,)]
+
+
+def test_vision_findings_name_unusable_images_and_fit_warnings(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dcaudit.connectors import vision as v
+
+    rows = [("a", "clean", "1"), ("a", "noise", "1"), ("a", "blur", "1"),
+            ("b", "noise", "2"),                                  # no clean prediction: no evidence
+            ("c", "clean", "3"), ("c", "noise", "3")]             # blur missing, nothing wrong: robust NULL
+    table = pa.table({"split": pa.array([0] * len(rows), pa.int32()), "model": ["m"] * len(rows),
+                      "image_id": [r[0] for r in rows], "condition": [r[1] for r in rows],
+                      "predicted": [r[2] for r in rows], "confidence": [0.9] * len(rows),
+                      "label": [r[2] for r in rows], "corruption": [None if r[1] == "clean" else r[1] for r in rows],
+                      "severity": pa.array([None] * len(rows), pa.int32())}, schema=vp.PREDICTION_SCHEMA)
+    preds = tmp_path / "digits.parquet"
+    pq.write_table(table.replace_schema_metadata({"dcaudit.warnings": '["ConvergenceWarning: mlp did not converge"]'}),
+                   preds)
+    images = v.write_images_table({"digits": preds}, tmp_path / "images.parquet")
+    found = v.vision_findings({"digits": preds}, images)
+    kinds = sorted(zip(found["kind"], found["candidate_id"], strict=True), key=str)
+    assert kinds == [("incomplete_conditions", "digits:0:m:c"), ("missing_clean_prediction", "digits:0:m:b"),
+                     ("model_fit_warning", None)]
+    assert set(found["source"]) == {"vision-digits"}

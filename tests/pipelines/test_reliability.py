@@ -22,24 +22,24 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from dcaudit.audits.claims import parse_claim, quote_identifier
 from dcaudit.audits.evidence import EvidenceMap, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
+from dcaudit.claims import parse_claim, quote_identifier
 from dcaudit.cli import cli
 from dcaudit.config import Settings
 from dcaudit.connectors.base import SourceFile, fetch, sha256_file
 from dcaudit.errors import ClaimError, DcauditError, IntegrityError
 from dcaudit.pipelines.runner import run_spec
-from dcaudit.reports.package import verify_package
 from dcaudit.spec import load_spec, spec_from_dict
+from dcaudit.storage import verify_package
 from tests.conftest import MIRROR, mirror_path
 
 # A `dcaudit` process that stops after writing the first package table until PAUSE_RELEASE exists:
 # the package is then half-written and the spec lock held, deterministically.
 PAUSED_DCAUDIT = """
 import os, sys, time
-import dcaudit.reports.package as package
+import dcaudit.storage as package
 real, calls = package.pq.write_table, [0]
 def paused(*args, **kwargs):
     real(*args, **kwargs)

@@ -67,7 +67,7 @@ def test_query_command_reads_the_catalog(first_run: Settings) -> None:
 
 
 def test_failed_write_keeps_the_earlier_run_and_is_marked_failed(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
-    import dcaudit.reports.package as package
+    import dcaudit.storage as package
 
     before = Catalog(first_run).query("SELECT count(*) FROM summary").column(0)[0].as_py()
     calls = {"n": 0}
@@ -122,3 +122,24 @@ def test_console_shows_the_replay_costs(first_run: Settings) -> None:
     result = _invoke(first_run, "run", "tox21")  # unchanged: reuses the package, shows it again
     assert result.exit_code == 0, result.output
     assert "held-out replay" in result.output and "certify_then_acquire" in result.output
+
+
+def test_a_typo_in_a_section_exits_2_before_the_source_is_prepared(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    spec = tmp_path / "typo.toml"
+    spec.write_text('name = "typo"\n[source]\nconnector = "tox21"\nid = "mol_id"\n[[audits]]\nid = "a"\n'
+                    'claim = \'"SR-p53" = 1\'\nevidence = ["NR-AR"]\n[replay]\nseedz = 3\n')
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["run", str(spec)], env={"DCAUDIT_HOME": str(home), "DCAUDIT_OFFLINE": "1"})
+    assert result.exit_code == 2 and "seedz" in result.output and "Traceback" not in result.output
+    assert not (home / "tables").exists()          # the source was never prepared
+    assert not list((home / "runs").glob("*")) if (home / "runs").exists() else True  # and no run recorded
+    catalog = home / "catalog.duckdb"
+    if catalog.exists():
+        import duckdb
+
+        with duckdb.connect(str(catalog), read_only=True) as con:
+            assert con.sql("select count(*) from runs").fetchall() == [(0,)]

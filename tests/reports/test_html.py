@@ -20,7 +20,7 @@ from dcaudit.cli import cli
 from dcaudit.config import Settings
 from dcaudit.reports import svg
 from dcaudit.reports.html import render_report, write_report
-from dcaudit.reports.package import write_package
+from dcaudit.storage import write_package
 from tests.conftest import MIRROR
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

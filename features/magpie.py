@@ -24,9 +24,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from dcaudit.connectors.base import cached_table
 from dcaudit.errors import require
-from dcaudit.reports.package import write_table_atomic
+from dcaudit.storage import cached_table, write_table_atomic
 
 VERSION = "magpie-1"
 PROPERTIES = (

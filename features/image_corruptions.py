@@ -208,3 +208,29 @@ def corrupt(images: np.ndarray, corruption: str, severity: int, seed: int) -> np
         raise ValueError(f"expected an (N, H, W) uint8 batch, got shape {images.shape} dtype {images.dtype}")
     rng = np.random.default_rng(condition_seed(seed, corruption, severity))
     return CORRUPTIONS[corruption](images, severity, rng)
+
+
+# ------------------------------------------------------------------------ the digits protocol's four
+
+DIGITS_CORRUPTIONS = ("gaussian_noise", "gaussian_blur", "occlusion", "shift")
+
+
+def digits_corruptions(images: np.ndarray, *, seed: int, noise_sigma: float, blur_sigma: float,
+                       occlusion: tuple[int, int, int, int], shift: tuple[float, float]) -> dict[str, np.ndarray]:
+    """The four deterministic corruptions of the paper's digits protocol, on ``(N, H, W)`` floats in [0, 1].
+
+    Gaussian noise (σ ``noise_sigma``, clipped to [0, 1]), Gaussian blur (σ ``blur_sigma`` in both image
+    axes), occlusion (pixels ``[r0:r1, c0:c1]`` set to 0) and a sub-pixel shift (linear interpolation,
+    edge pixels repeated). The noise is one rng draw for the whole batch, so an image's corrupted copy is
+    identical in every split it lands in (and does not depend on split order).
+    """
+    rng = np.random.default_rng(seed)
+    r0, r1, c0, c1 = occlusion
+    occluded = images.copy()
+    occluded[:, r0:r1, c0:c1] = 0.0
+    return {
+        "gaussian_noise": np.clip(images + rng.normal(0.0, noise_sigma, images.shape), 0.0, 1.0),
+        "gaussian_blur": ndimage.gaussian_filter(images, sigma=(0.0, blur_sigma, blur_sigma)),
+        "occlusion": occluded,
+        "shift": ndimage.shift(images, (0.0, *shift), order=1, mode="nearest"),
+    }

@@ -1,0 +1,300 @@
+"""Decisions at a price: the price-aware policy, family-wise certification and the ``costs`` table.
+
+A replay (``dcaudit.audits.replay``) gives, per group (a seed, or a model × seed) and per decision
+unit (a fiber, or the window of one test candidate), the calibration counts of the unit and what the
+benchmark-only action (its majority) would get wrong on test. This module turns those into decisions
+that depend on the price λ of one measurement, in units of one false decision:
+
+* ``price_aware``: act on the unit's majority when its estimated error rate is *below* λ, else measure.
+  The estimate is the posterior mean of the error rate under a Jeffreys prior, ``(k + ½) / (n + 1)``
+  with ``k`` calibration members contradicting the action among ``n`` (an unseen fiber: ``½``);
+* ``price_aware_conservative``: the same rule on the one-sided Clopper–Pearson upper bound at
+  confidence ``1 − δ`` (an unseen fiber: 1, always measured).
+
+Acting costs the expected error, measuring costs λ, so the rule is the Bayes decision per unit
+under the point estimate. Invariants (tested): at λ = 0 both variants measure everything (cost 0);
+the measured share never rises with λ; the point variant acts everywhere once λ > ½, where it *is*
+the benchmark-only action; the false decisions of either variant are a subset of the benchmark-only
+action's (they act on the same decision, on fewer units).
+
+Family-wise certification (``mode = "familywise"`` of a replay): every unit with at least
+``min_support`` calibration members is a hypothesis H₀: "its error rate exceeds ε", tested with the
+exact binomial p-value ``P(X ≤ k | n, ε)``; Holm's step-down procedure at level α = δ across the
+units of one group certifies the rejected ones, so P(any certified unit's error rate > ε) ≤ α under
+any dependence between units. (Per-unit ``calibrated`` mode is the same test without the correction:
+``cp_upper(k, n, δ) <= ε`` exactly when ``P(X ≤ k | n, ε) <= δ``.)
+
+The ``costs`` table: one row per policy × price × (model ×) seed and one summary row per policy ×
+price (× model, and pooled over models with ``model`` NULL) with seed NULL. See :func:`cost_table`.
+Everything is vectorised numpy; the only Python loop is over the handful of prices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+COST_POLICIES = ("fiber_majority", "global_majority", "certify_then_acquire", "price_aware",
+                 "price_aware_conservative")
+BASELINES = ("fiber_majority", "global_majority", "certify_then_acquire")
+INTERVAL_LEVEL = 0.95
+
+
+def cp_upper(k: np.ndarray, n: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
+    """One-sided Clopper–Pearson upper bound on a rate, k events in n trials, confidence 1 − delta."""
+    from scipy.special import betaincinv  # scipy.stats costs a second to import; this does not
+
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    a, b = k + 1.0, np.maximum(n - k, 1.0)
+    with np.errstate(invalid="ignore"):
+        bound = betaincinv(a, b, 1.0 - np.asarray(delta, dtype=float))
+    # k = n (or no trials) bounds nothing.
+    return np.where((k >= n) | (n <= 0), 1.0, bound)
+
+
+def cp_upper_pairs(k: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
+    """:func:`cp_upper` evaluated once per distinct (k, n) pair (windows repeat a few pairs millions of times)."""
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    if not len(k):
+        return np.zeros(0)
+    span = int(n.max(initial=0)) + 1
+    pairs, inverse = np.unique(k * span + n, return_inverse=True)
+    return cp_upper(pairs // span, pairs % span, delta)[inverse]
+
+
+def jeffreys_mean(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Posterior mean of a rate under the Jeffreys prior Beta(½, ½): (k + ½) / (n + 1)."""
+    return (np.asarray(k, dtype=float) + 0.5) / (np.asarray(n, dtype=float) + 1.0)
+
+
+def binomial_pvalue(k: np.ndarray, n: np.ndarray, epsilon: float) -> np.ndarray:
+    """P(X <= k) for X ~ Binomial(n, epsilon): the exact p-value of H0 "rate > epsilon" (small when k/n << eps)."""
+    from scipy.special import betainc
+
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):  # P(X <= k) = I_{1 - eps}(n - k, k + 1) for k < n
+        tail = betainc(np.maximum(n - k, 1.0), k + 1.0, 1.0 - epsilon)
+    return np.where((n > 0) & (k < n), tail, 1.0)
+
+
+def holm(group: np.ndarray, pvalue: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm's step-down rejections within each group, vectorised (no loop over groups).
+
+    Within a group of m hypotheses sorted by p-value, the i-th (0-based) is rejected when every
+    p-value up to it satisfies ``p_(j) <= alpha / (m - j)``. Controls the family-wise error rate at
+    ``alpha`` per group under arbitrary dependence.
+    """
+    group = np.asarray(group, dtype=np.int64)
+    pvalue = np.asarray(pvalue, dtype=float)
+    out = np.zeros(len(group), dtype=bool)
+    if not len(group):
+        return out
+    order = np.lexsort((pvalue, group))
+    g, p = group[order], pvalue[order]
+    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+    size = np.diff(np.append(starts, len(g)))
+    start_of = np.repeat(starts, size)
+    rank = np.arange(len(g)) - start_of
+    m = np.repeat(size, size)
+    fail = ~(p <= alpha / (m - rank))
+    failed = np.cumsum(fail)
+    before = failed[start_of] - fail[start_of]  # failures before the group's first hypothesis
+    out[order] = (failed - before) == 0
+    return out
+
+
+def price_decisions(group: np.ndarray, n_groups: int, estimate: np.ndarray, wrong: np.ndarray,
+                    n_test: np.ndarray, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(false decisions, measurements) per (price, group) when a unit is acted on iff ``estimate < price``.
+
+    ``wrong`` / ``n_test``: per unit, test candidates the action gets wrong / all its test candidates.
+    """
+    false = np.zeros((len(prices), n_groups))
+    measured = np.zeros((len(prices), n_groups))
+    for i, price in enumerate(prices):  # the ~8 prices of the grid
+        act = estimate < price
+        false[i] = np.bincount(group, weights=np.where(act, wrong, 0.0), minlength=n_groups)
+        measured[i] = np.bincount(group, weights=np.where(act, 0.0, n_test), minlength=n_groups)
+    return false, measured
+
+
+def price_aware_outcomes(group: np.ndarray, n_groups: int, k_cal: np.ndarray, n_cal: np.ndarray,
+                         wrong: np.ndarray, n_test: np.ndarray, prices: tuple[float, ...],
+                         delta: float) -> dict[str, np.ndarray]:
+    """Both price-aware variants for units with ``k_cal`` of ``n_cal`` calibration members contradicting the action."""
+    p = np.asarray(prices, dtype=float)
+    point = jeffreys_mean(k_cal, n_cal)
+    conservative = cp_upper_pairs(k_cal, n_cal, delta)
+    pa_false, pa_meas = price_decisions(group, n_groups, point, wrong, n_test, p)
+    pc_false, pc_meas = price_decisions(group, n_groups, conservative, wrong, n_test, p)
+    return {"pa_false": pa_false, "pa_measured": pa_meas, "pac_false": pc_false, "pac_measured": pc_meas}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The costs table.
+
+def _per_policy(ps: dict[str, np.ndarray], n_prices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(false, measured) arrays of shape (policy, price, group) for COST_POLICIES."""
+    n = np.asarray(ps["n_test"], dtype=float)
+    n_cert = np.asarray(ps["n_cert"], dtype=float)
+
+    def flat(values: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.asarray(values, dtype=float), (n_prices, len(n)))
+
+    false = np.stack([flat(ps["false_fm"]), flat(ps["false_gm"]), flat(ps["false_cert"]),
+                      ps["pa_false"], ps["pac_false"]])
+    measured = np.stack([flat(np.zeros_like(n)), flat(np.zeros_like(n)), flat(n - n_cert),
+                         ps["pa_measured"], ps["pac_measured"]])
+    return false, measured
+
+
+def _t_quantile(df: np.ndarray) -> np.ndarray:
+    from scipy.special import stdtrit
+
+    df = np.asarray(df, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(df >= 1, stdtrit(np.maximum(df, 1), 0.5 + INTERVAL_LEVEL / 2), np.nan)
+
+
+def _stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Mean, p10, p90, and the t-interval of the mean over the last axis, ignoring NaN."""
+    valid = ~np.isnan(values)
+    count = valid.sum(axis=-1)
+    mean = np.where(count > 0, np.where(valid, values, 0).sum(axis=-1) / np.maximum(count, 1), np.nan)
+    dev = np.where(valid, values - mean[..., None], 0.0)
+    sd = np.sqrt(np.where(count > 1, (dev ** 2).sum(axis=-1) / np.maximum(count - 1, 1), np.nan))
+    half = _t_quantile(count - 1) * sd / np.sqrt(np.maximum(count, 1))
+    ordered = np.sort(values, axis=-1)
+    q = {}
+    for level in (0.1, 0.9):
+        pos = level * np.maximum(count - 1, 0)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(count - 1, 0))
+        a = np.take_along_axis(ordered, lo[..., None], axis=-1)[..., 0]
+        b = np.take_along_axis(ordered, hi[..., None], axis=-1)[..., 0]
+        q[level] = np.where(count > 0, a + (pos - lo) * (b - a), np.nan)
+    return {"mean": mean, "p10": q[0.1], "p90": q[0.9], "low": mean - half, "high": mean + half, "count": count}
+
+
+def _pooled(values: np.ndarray) -> np.ndarray:
+    """(…, model, seed) -> (…, model + 1, models · seeds): the extra model slot pools all models (NaN padding)."""
+    *lead, n_models, n_seed = values.shape
+    padded = np.full((*lead, n_models + 1, n_models * n_seed), np.nan)
+    padded[..., :n_models, :n_seed] = values
+    padded[..., n_models, :] = values.reshape(*lead, n_models * n_seed)
+    return padded
+
+
+def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str, Any], pooled: bool) -> pa.Table:
+    """The ``costs`` rows of one replay.
+
+    ``ps`` holds per group g (model-major, the same seeds for every model): ``model``, ``seed``,
+    ``n_test``, ``n_cert``, ``false_cert``, ``false_fm``, ``false_gm`` and the (price, group) arrays of
+    :func:`price_aware_outcomes`. ``const``: constant label columns (source, audit_id, claim, …).
+
+    Columns: ``policy``, ``price``, ``model``, ``seed`` (NULL on summary rows), ``n_seeds``, ``n_test``,
+    ``false_decisions``, ``measurements``, ``cost`` (false decisions + price · measurements),
+    ``cost_per_candidate`` (cost / test candidates), ``measured_fraction``, ``false_rate`` (false decisions
+    / test candidates). Summary rows add the spread (``cost_per_candidate_p10`` / ``_p90``), the envelope
+    (``envelope_cost``: the least mean cost per candidate of any policy at that price), ``cheapest``
+    (this policy attains it), the band of grid prices where the policy is cheapest (``band_low`` /
+    ``band_high``; NULL if never), and the paired comparison with the cheaper-on-average of the three
+    fixed policies (``best_baseline``): ``diff_vs_best`` = mean over seeds of this policy's cost per
+    candidate minus the baseline's on the same seed, with a 95 % t-interval (``diff_low`` / ``diff_high``).
+    """
+    p = np.asarray(prices, dtype=float)
+    n_prices = len(p)
+    model = np.asarray(ps["model"], dtype=object)
+    n_groups = len(model)
+    models = list(dict.fromkeys(model.tolist()))
+    n_models = len(models)
+    n_seed = n_groups // max(n_models, 1)
+    false, measured = _per_policy(ps, n_prices)  # (policy, price, group)
+    n_test = np.asarray(ps["n_test"], dtype=float)
+    cost = false + p[None, :, None] * measured
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_cand = np.where(n_test > 0, cost / n_test, np.nan)
+        meas_frac = np.where(n_test > 0, measured / n_test, np.nan)
+        false_rate = np.where(n_test > 0, false / n_test, np.nan)
+    n_pol = len(COST_POLICIES)
+
+    # per-seed rows: (policy, price, group) flattened in that order
+    def seed_rows(values: np.ndarray) -> np.ndarray:
+        return values.reshape(-1)
+
+    shape5 = (n_pol, n_prices, n_models, n_seed)
+
+    def cube(values: np.ndarray) -> np.ndarray:
+        v = np.broadcast_to(values, (n_pol, n_prices, n_groups)).reshape(shape5)
+        return _pooled(v) if pooled else v
+
+    group_models = models + ([None] if pooled else [])
+    n_gm = len(group_models)
+    s_cost = _stats(cube(per_cand))
+    s = {name: _stats(cube(v))["mean"] for name, v in (("false_decisions", false), ("measurements", measured),
+                                                         ("measured_fraction", meas_frac), ("false_rate", false_rate),
+                                                         ("cost", cost), ("n_test", n_test[None, None, :]))}
+    mean_cost = s_cost["mean"]  # (policy, price, model)
+    envelope = np.where(np.isnan(mean_cost), np.inf, mean_cost).min(axis=0)
+    envelope = np.where(np.isfinite(envelope), envelope, np.nan)
+    winner = np.argmin(np.where(np.isnan(mean_cost), np.inf, mean_cost), axis=0)  # (price, model)
+    cheapest = winner[None, :, :] == np.arange(n_pol)[:, None, None]
+    band_low = np.where(cheapest, p[None, :, None], np.inf).min(axis=1)  # (policy, model)
+    band_high = np.where(cheapest, p[None, :, None], -np.inf).max(axis=1)
+    base_idx = np.array([COST_POLICIES.index(b) for b in BASELINES])
+    base_means = mean_cost[base_idx]
+    best = base_idx[np.argmin(np.where(np.isnan(base_means), np.inf, base_means), axis=0)]  # (price, model)
+    per_seed_cost = cube(per_cand)  # (policy, price, model, seeds)
+    best_cost = np.take_along_axis(per_seed_cost, best[None, :, :, None], axis=0)
+    diff = _stats(per_seed_cost - best_cost)
+
+    n_seed_rows = n_pol * n_prices * n_groups
+    n_sum = n_pol * n_prices * n_gm
+    n_rows = n_seed_rows + n_sum
+    table: dict[str, pa.Array] = {k: pa.array([v] * n_rows, pa.string()) for k, v in const.items()}
+    pol_seed = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_groups)
+    pol_sum = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_gm)
+    table["policy"] = pa.array(np.concatenate([pol_seed, pol_sum]).tolist(), pa.string())
+    table["price"] = pa.array(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
+                                              np.tile(np.repeat(p, n_gm), n_pol)]))
+    table["model"] = pa.array(np.concatenate([np.tile(model, n_pol * n_prices),
+                                              np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
+                                             ).tolist(), pa.string())
+    seeds = np.tile(np.asarray(ps["seed"], dtype=np.int64), n_pol * n_prices)
+    table["seed"] = pa.array(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
+                             mask=np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
+    table["n_seeds"] = pa.array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                s_cost["count"].reshape(-1).astype(np.int64)]))
+
+    def num(per_seed: np.ndarray | None, summary: np.ndarray) -> pa.Array:
+        head = np.full(n_seed_rows, np.nan) if per_seed is None else seed_rows(per_seed)
+        arr = np.concatenate([head, np.asarray(summary, dtype=float).reshape(-1)])
+        return pa.array(arr, mask=np.isnan(arr))
+
+    table["n_test"] = num(np.broadcast_to(n_test, (n_pol, n_prices, n_groups)), s["n_test"])
+    table["false_decisions"] = num(false, s["false_decisions"])
+    table["measurements"] = num(measured, s["measurements"])
+    table["cost"] = num(cost, s["cost"])
+    table["cost_per_candidate"] = num(per_cand, mean_cost)
+    table["measured_fraction"] = num(meas_frac, s["measured_fraction"])
+    table["false_rate"] = num(false_rate, s["false_rate"])
+    table["cost_per_candidate_p10"] = num(None, s_cost["p10"])
+    table["cost_per_candidate_p90"] = num(None, s_cost["p90"])
+    table["envelope_cost"] = num(None, np.broadcast_to(envelope, mean_cost.shape))
+    cheap = np.concatenate([np.zeros(n_seed_rows, bool), cheapest.reshape(-1)])
+    table["cheapest"] = pa.array(cheap, mask=np.arange(n_rows) < n_seed_rows)
+    finite = np.isfinite(band_low)
+    table["band_low"] = num(None, np.broadcast_to(np.where(finite, band_low, np.nan)[:, None, :], mean_cost.shape))
+    table["band_high"] = num(None, np.broadcast_to(np.where(finite, band_high, np.nan)[:, None, :],
+                                                   mean_cost.shape))
+    best_names = np.array(COST_POLICIES, dtype=object)[np.broadcast_to(best, mean_cost.shape)].reshape(-1)
+    table["best_baseline"] = pa.array([None] * n_seed_rows + best_names.tolist(), pa.string())
+    table["diff_vs_best"] = num(None, diff["mean"])
+    table["diff_low"] = num(None, diff["low"])
+    table["diff_high"] = num(None, diff["high"])
+    return pa.table(table)

@@ -1,0 +1,178 @@
+"""The vision predictions table: its contract, a user's prediction files, and per-image evidence.
+
+Every vision dataset ends as one **predictions table**, one row per (split, model, image, condition):
+
+Every dataset here ends as one **predictions table**, one row per (split, model, image, condition):
+
+=============  ========  ==========================================================================
+column         type      meaning
+=============  ========  ==========================================================================
+split          int       evaluation split (0 when there is only one)
+model          string    classifier name
+image_id       string    the image (stable across splits and models)
+condition      string    ``clean`` or a corruption name (MNIST-C: ``<corruption>@<severity>``)
+predicted      string    predicted class
+confidence     double    max predict_proba, or the top-2 decision margin where there is none
+label          string    true class
+corruption     string    corruption name (NULL for clean)
+severity       int       1–5 (NULL for clean and for corruptions without severities)
+=============  ========  ==========================================================================
+
+A user's predictions (CSV, CSV.gz or Parquet) with these columns (``split``, ``corruption``,
+``severity`` optional) go through :func:`read_predictions`; :func:`validate_predictions` checks any
+predictions relation and names the file, row and column of the first problem — missing columns, empty
+keys, no ``clean`` rows, conditions outside a declared list, duplicate (split, model, image_id,
+condition) rows. A spec with ``[source] path = "preds.csv"`` and a ``[vision]`` section audits it
+(``conditions = [...]`` declares the corruption names).
+
+:func:`image_evidence_sql` derives the per-image evidence of a predictions table (clean class,
+clean correctness, confidence decile); the connector's ``images`` table and the ``[vision]`` stage
+both use it, so the pooled audit and the stage see the same evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.errors import InputError, SpecError
+
+CLEAN = "clean"
+REQUIRED_COLUMNS = ("model", "image_id", "condition", "predicted", "label", "confidence")
+OPTIONAL_COLUMNS = ("split", "corruption", "severity")
+
+PREDICTION_SCHEMA = pa.schema([
+    ("split", pa.int32()), ("model", pa.string()), ("image_id", pa.string()), ("condition", pa.string()),
+    ("predicted", pa.string()), ("confidence", pa.float64()), ("label", pa.string()),
+    ("corruption", pa.string()), ("severity", pa.int32()),
+])
+
+
+def _first_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple | None:
+    rows = con.execute(sql + " LIMIT 1").fetchall()
+    return rows[0] if rows else None
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + "]"
+
+
+def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str,
+                         conditions: Sequence[str] | None = None, clean: str = CLEAN,
+                         row_column: str | None = None) -> str:
+    """Check a predictions relation; return the name of a normalised view over it.
+
+    Errors name the file, the 1-based data row (when ``row_column`` holds it) and the column.
+    The normalised view has the columns of ``PREDICTION_SCHEMA`` (``split`` 0 when absent;
+    predicted/label/image_id as text so that '7' and 7 compare equal).
+    """
+    types = {r[0]: r[1] for r in con.execute(f"DESCRIBE {view}").fetchall()}
+    columns = list(types)
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; a predictions table needs "
+                         f"{', '.join(REQUIRED_COLUMNS)} (optional: {', '.join(OPTIONAL_COLUMNS)}); "
+                         f"found {', '.join(columns)}", file=file, column=missing[0])
+    has_split = "split" in columns
+    checked = (*REQUIRED_COLUMNS, *(("split",) if has_split else ()))
+    # one scan for every value check: the first bad row per check (or a count when rows are unnumbered)
+    first = (lambda cond: f"min({row_column}) FILTER (WHERE {cond})") if row_column else (
+        lambda cond: f"CASE WHEN count_if({cond}) > 0 THEN -1 END")
+    # casting every value to text is the expensive part of a scan: only text columns can hold ''
+    checks = [("empty value", col, f"{col} IS NULL" + (f" OR trim({col}) = ''" if types[col] == "VARCHAR" else ""))
+              for col in checked]
+    checks.append(("confidence must be a finite number", "confidence",
+                   "coalesce(NOT isfinite(TRY_CAST(confidence AS DOUBLE)), TRUE)"))
+    if has_split:
+        checks.append(("split must be an integer", "split", "TRY_CAST(split AS INTEGER) IS NULL"))
+    found_rows = con.execute(f"SELECT {', '.join(first(c) for _, _, c in checks)} FROM {view}").fetchall()[0]
+    for (message, col, cond), bad_row in zip(checks, found_rows, strict=True):
+        if bad_row is None:
+            continue
+        row = bad_row if row_column else None
+        value = con.execute(f"SELECT CAST({col} AS VARCHAR) FROM {view} WHERE {cond} "
+                            + (f"AND {row_column} = {bad_row}" if row_column else "") + " LIMIT 1").fetchall()[0][0]
+        shown = "" if message == "empty value" else f", found {value!r}"
+        raise InputError(message + shown, file=file, row=row, column=col)
+    found = [r[0] for r in con.execute(
+        f"SELECT DISTINCT CAST(condition AS VARCHAR) FROM {view} ORDER BY 1").fetchall()]
+    if clean not in found:
+        raise InputError(f"no rows with condition {clean!r}: the clean prediction is the benchmark evidence "
+                         f"(conditions found: {', '.join(found[:12])})", file=file, column="condition")
+    if len(found) == 1:
+        raise InputError(f"only condition {clean!r}: there is no corruption to audit robustness against",
+                         file=file, column="condition")
+    if conditions is not None:
+        allowed = list(dict.fromkeys([clean, *conditions]))
+        unknown = [c for c in found if c not in allowed]
+        if unknown:
+            bad_row, cond = None, unknown[0]
+            if row_column:
+                bad_row, cond = con.execute(
+                    f"SELECT {row_column}, CAST(condition AS VARCHAR) FROM {view} "
+                    f"WHERE list_contains({_sql_list(unknown)}, CAST(condition AS VARCHAR)) ORDER BY 1 LIMIT 1"
+                ).fetchall()[0]
+            raise InputError(f"unknown condition {cond!r}; declared: {', '.join(allowed)}", file=file,
+                             row=bad_row, column="condition")
+    split = ("split" if types.get("split") == "INTEGER" else "CAST(split AS INTEGER)") if has_split else "0"
+    keys = ", ".join([split] + [c if types[c] == "VARCHAR" else f"CAST({c} AS VARCHAR)"
+                                for c in ("model", "image_id", "condition")])
+    dup = _first_row(con, f"SELECT {keys} FROM {view} GROUP BY ALL HAVING count(*) > 1")
+    if dup is not None:
+        rows = []
+        if row_column:
+            rows = [r[0] for r in con.execute(
+                f"SELECT {row_column} FROM {view} WHERE ({keys}) = (?, ?, ?, ?) ORDER BY 1", list(dup)).fetchall()]
+        earlier = f" (first at row {rows[0]})" if rows else ""
+        raise InputError(f"duplicate prediction for split {dup[0]}, model {dup[1]!r}, image {dup[2]!r}, "
+                         f"condition {dup[3]!r}{earlier}: each (split, model, image_id, condition) must occur once",
+                         file=file, row=rows[1] if rows else None, column="image_id")
+    from dcaudit.claims import quote_identifier
+    from dcaudit.inputs import label_of
+
+    norm = quote_identifier(f"{label_of(view)} (predictions)")  # the view may be a quoted file name
+    extra = ", ".join(f"CAST({c} AS {t}) AS {c}" if c in columns else f"NULL::{t} AS {c}"
+                      for c, t in (("corruption", "VARCHAR"), ("severity", "INTEGER")))
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW {norm} AS SELECT
+        {split} AS split, CAST(model AS VARCHAR) AS model, CAST(image_id AS VARCHAR) AS image_id,
+        CAST(condition AS VARCHAR) AS condition, CAST(predicted AS VARCHAR) AS predicted,
+        CAST(confidence AS DOUBLE) AS confidence, CAST(label AS VARCHAR) AS label, {extra}
+        FROM {view}""")
+    return norm
+
+
+def read_predictions(con: duckdb.DuckDBPyConnection, path: Path, *, conditions: Sequence[str] | None = None,
+                     clean: str = CLEAN, view: str = "user_predictions") -> str:
+    """Load and validate a user's predictions file; return the normalised view's name."""
+    from dcaudit.inputs import ROW, register_input
+
+    registered = register_input(con, Path(path))  # the input contract: readable, unique columns, __row
+    return validate_predictions(con, registered.view, file=str(path), conditions=conditions, clean=clean,
+                                row_column=ROW)
+
+
+def image_evidence_sql(predictions: str, clean: str = CLEAN, bins: int = 10) -> str:
+    """One row per (split, model, image) seen in ``predictions``, with its clean evidence.
+
+    ``confidence_decile`` is ``pd.qcut(confidence, q=bins, duplicates='drop')``'s bin index over the
+    clean predictions of one split × model: the number of distinct interior quantiles
+    (``quantile_cont`` = numpy's linear interpolation) strictly below the confidence. Bins are
+    closed on the right like qcut's, and equal cut points collapse like its dropped duplicates.
+    A triple without a clean prediction keeps NULL evidence (reported, never dropped).
+    """
+    if bins < 2:
+        raise SpecError(f"confidence bins must be >= 2, got {bins}")
+    probs = ", ".join(repr(i / bins) for i in range(1, bins))
+    lit = "'" + clean.replace("'", "''") + "'"
+    return f"""WITH clean AS (SELECT split, model, image_id, predicted, confidence, predicted = label AS clean_correct
+                       FROM {predictions} WHERE condition = {lit}),
+             cuts AS (SELECT split, model, list_distinct(quantile_cont(confidence, [{probs}])) AS q
+                      FROM clean GROUP BY split, model),
+             triples AS (SELECT DISTINCT split, model, image_id FROM {predictions})
+        SELECT k.split, k.model, k.image_id, c.predicted, c.clean_correct, c.confidence,
+               CASE WHEN c.confidence IS NOT NULL
+                    THEN len(list_filter(cuts.q, lambda u: u < c.confidence)) END AS confidence_decile
+        FROM triples k LEFT JOIN clean c USING (split, model, image_id) LEFT JOIN cuts USING (split, model)"""

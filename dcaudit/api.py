@@ -1,0 +1,415 @@
+"""The Python API: the one front door that the CLI, specs and notebooks all go through.
+
+>>> import dcaudit, polars as pl
+>>> result = dcaudit.audit(pl.read_csv("tox21.csv"), evidence=["NR-AR", "NR-AhR"], claim='"SR-p53" = 1',
+...                        id="mol_id")
+>>> result.summary, result.mixed(), result.excluded()
+
+Every function builds a pipeline spec from its arguments (defaults come from the config objects —
+``AuditTask``, ``EvidenceMap``, ``ReplayConfig``, ``CompletionConfig`` — and are defined there once),
+runs it through the same runner and input contract as ``dcaudit run``, and returns a :class:`Result`.
+With ``record=True`` the run is also recorded in the workspace (``$DCAUDIT_HOME``: catalog and
+package), which is what the CLI does; otherwise nothing is written until ``result.save(dir)``.
+
+``data`` may be a path (CSV, CSV.gz, TSV, Parquet or a Parquet glob), a polars DataFrame or LazyFrame,
+a pandas DataFrame, a pyarrow Table, RecordBatchReader or Dataset, or a DuckDB relation; the same data
+in any of these forms gives identical tables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dcaudit import defaults
+from dcaudit.config import Settings, load_settings
+from dcaudit.errors import SpecError
+from dcaudit.evidence_map import EvidenceMap
+from dcaudit.inputs import ROW, Duplicates
+from dcaudit.spec import AuditTask
+
+if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
+    import duckdb
+    import polars as pl
+    import pyarrow as pa
+
+    from dcaudit.pipelines.runner import RunResult
+    from dcaudit.spec import PipelineSpec
+
+__all__ = ["Result", "audit", "connect_catalog", "complete", "load", "replay", "run", "sensitivity"]
+
+# Defaults, read from the config objects (one definition each).
+_FIBER_RULE = str(EvidenceMap.rule)
+_MISSING = EvidenceMap.missing
+_SUPPORT = AuditTask.min_support
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Results.
+
+@dataclass(frozen=True, repr=False)
+class Result:
+    """The evidence package of one run, as polars DataFrames (``summary``, ``fibers``, ``candidates``, and
+    ``replay`` / ``completion`` / ``sensitivity`` / ``findings`` / … where the run made them)."""
+
+    tables: Mapping[str, pl.DataFrame]
+    notes: tuple[str, ...] = ()
+    run_id: str | None = None
+    package_dir: Path | None = None       # where the package is on disk (recorded, saved or loaded)
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    reused_from: str | None = None
+
+    def table(self, name: str) -> pl.DataFrame | None:
+        return self.tables.get(name)
+
+    summary = property(lambda self: self.tables["summary"], doc="One row per audit.")
+    fibers = property(lambda self: self.tables.get("fibers"), doc="One row per fiber.")
+    candidates = property(lambda self: self.tables.get("candidates"), doc="One row per candidate.")
+    replay = property(lambda self: self.tables.get("replay"), doc="Held-out replay (per policy x seed).")
+    completion = property(lambda self: self.tables.get("completion"), doc="Completion curves.")
+    sensitivity = property(lambda self: self.tables.get("sensitivity"), doc="Fiber-resolution sensitivity.")
+    findings = property(lambda self: self.tables.get("findings"), doc="Problems found in the input, kept.")
+
+    def mixed(self) -> pl.DataFrame:
+        """Every member of every mixed (ambiguous) fiber with its fiber's evidence, size and claim counts."""
+        import polars as pl
+
+        cands, fibers = self.candidates, self.fibers
+        if cands is None or fibers is None:
+            raise SpecError("this result has no candidates table (run with candidates to list fiber members)")
+        keys = [c for c in ("run_id", "audit_id", "model", "fiber_key") if c in cands.columns and c in fibers.columns]
+        fib = fibers.select([*keys, "evidence", "evidence_key", "evidence_lo", "evidence_hi", "n", "n_true"])
+        members = cands.filter(pl.col("status") == "ambiguous").select(
+            [*keys, "candidate_id", "claim_value"])
+        return (members.join(fib, on=keys, how="left", nulls_equal=True)
+                .sort(["audit_id", "n", "fiber_key", "candidate_id"], descending=[False, True, False, False]))
+
+    def excluded(self) -> pl.DataFrame:
+        """Every excluded candidate with its reason (missing, NaN or infinite evidence, an undefined claim)."""
+        import polars as pl
+
+        cands = self.candidates
+        if cands is None:
+            raise SpecError("this result has no candidates table")
+        cols = [c for c in ("audit_id", "model", "candidate_id", "excluded_reason") if c in cands.columns]
+        return cands.filter(pl.col("status") == "excluded").select(cols)
+
+    def excluded_by_reason(self) -> pl.DataFrame:
+        """How many candidates each audit left out, by reason."""
+        import polars as pl
+
+        return (self.excluded().group_by(["audit_id", "excluded_reason"]).agg(pl.len().alias("n"))
+                .sort(["audit_id", "n"], descending=[False, True]))
+
+    def save(self, path: str | Path, *, force: bool = False) -> Path:
+        """Write the evidence package to ``path`` atomically (an existing one is replaced only with
+        ``force``, and only once the new one is complete). Returns the directory."""
+        from dcaudit.storage import write_package
+
+        target = Path(path)
+        if target.exists() and not target.is_dir():
+            raise SpecError(f"{target} is a file; give a directory for the evidence package")
+        if target.exists() and any(target.iterdir()) and not force:
+            raise SpecError(f"{target} exists and is not empty; pass force=True (--force) to replace it")
+        run_id = self.run_id or _new_run_id("result")
+        manifest = {k: v for k, v in self.manifest.items() if k not in ("run_id", "row_counts", "files")}
+        manifest.setdefault("notes", list(self.notes))
+        write_package(target, run_id, {k: v.to_arrow() for k, v in self.tables.items()}, manifest,
+                      replace_existing=target.exists())
+        return target
+
+    def __repr__(self) -> str:
+        lines = [f"dcaudit.Result run_id={self.run_id!r}" + (f" at {self.package_dir}" if self.package_dir else "")]
+        for row in self.summary.iter_rows(named=True):
+            lines.append(
+                f"  {row.get('audit_id')}{'[' + str(row['model']) + ']' if row.get('model') else ''}: "
+                f"{row['n_candidates']} candidates ({row.get('n_excluded', 0)} excluded), {row['n_fibers']} fibers, "
+                f"{row['n_mixed_fibers']} mixed; certified {_pct(row['certified_fraction'])}, ambiguous "
+                f"{_pct(row['ambiguous_fraction'])}, unsupported {_pct(row['unsupported_fraction'])}")
+            if len(lines) > 12:
+                lines.append(f"  … {self.summary.height - 11} more audits")
+                break
+        lines.append(f"  tables: {', '.join(f'{k} ({v.height})' for k, v in self.tables.items())}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        try:
+            from dcaudit.reports.notebook import render_html
+        except ImportError:  # the notebook view is optional; the text view always works
+            import html
+
+            return f"<pre>{html.escape(repr(self))}</pre>"
+        return render_html({k: v.to_arrow() for k, v in self.tables.items()}, title=self.run_id or "dcaudit result",
+                           notes=self.notes)
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.2f} %"
+
+
+def _result(tables: Mapping[str, pa.Table], *, notes: Sequence[str], run_id: str | None,
+            package_dir: Path | None = None, manifest: Mapping[str, Any] | None = None,
+            reused_from: str | None = None) -> Result:
+    import polars as pl
+
+    from dcaudit.storage import with_run_id
+
+    frames = {}
+    for name, table in tables.items():
+        if run_id is not None and "run_id" not in table.column_names:
+            table = with_run_id(table, run_id)
+        frames[name] = pl.from_arrow(table)
+    return Result(frames, tuple(notes), run_id, package_dir, dict(manifest or {}), reused_from)  # type: ignore[arg-type]
+
+
+def _from_run(run: RunResult) -> Result:
+    from dcaudit.storage import read_manifest
+
+    manifest = read_manifest(run.run_dir) if (Path(run.run_dir) / "manifest.json").is_file() else {}
+    return _result(run.tables, notes=run.notes, run_id=run.run_id, package_dir=run.run_dir, manifest=manifest,
+                   reused_from=run.reused_from)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Building and running specs.
+
+def _settings(settings: Settings | None) -> Settings:
+    return settings if settings is not None else load_settings()
+
+
+def _new_run_id(name: str) -> str:
+    from dcaudit.pipelines.runner import new_run_id
+
+    return new_run_id(name)
+
+
+def _source_label(data: object) -> str:
+    if isinstance(data, str | Path):
+        return str(data)
+    module = type(data).__module__.split(".")[0]
+    kind = type(data).__name__
+    return {"polars": f"polars {kind}", "pandas": "pandas DataFrame"}.get(module, f"{module} {kind}")
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def adhoc_name(data: object) -> str:
+    """The spec name of an ad-hoc audit: the file's stem plus a digest of its whole path, so two files with
+    the same stem (``good.csv.gz``, ``good.parquet``) never share a lock, an identity or a ``runs --diff``."""
+    if not isinstance(data, str | Path):
+        return "dataframe"
+    path = Path(data)
+    name = path.name
+    for suffix in (".csv.gz", ".tsv.gz", ".parquet", ".csv", ".tsv", ".txt", ".pq"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)] or name
+            break
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    return f"{_SAFE.sub('_', name).strip('._')[:60] or 'data'}-{digest}"
+
+
+def evidence_list(evidence: str | Sequence[str]) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``; a list is taken as is (so names that contain commas stay whole)."""
+    if isinstance(evidence, str):
+        return [c.strip() for c in evidence.split(",") if c.strip()]
+    return [str(c) for c in evidence]
+
+
+def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None, fiber_rule: str,
+          min_support: int, missing: str, duplicates: Duplicates, sections: Mapping[str, Mapping[str, Any]],
+          name: str | None, origin: str) -> PipelineSpec:
+    from dcaudit.spec import spec_from_dict
+
+    source: dict[str, Any] = {"path": _source_label(data), "id": id or ROW}
+    if duplicates != defaults.DUPLICATES:
+        source["duplicates"] = duplicates
+    raw = {"name": name or adhoc_name(data), "source": source,
+           "audits": [{"id": "audit", "claim": claim, "evidence": evidence_list(evidence), "fiber_rule": fiber_rule,
+                       "missing": missing, "min_support": min_support}],
+           **{k: dict(v) for k, v in sections.items()}}
+    return spec_from_dict(raw, origin=origin)
+
+
+def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
+             out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb") -> Result:
+    from dcaudit.pipelines import runner
+
+    s = _settings(settings)
+    if engine not in ("duckdb", "spark"):
+        raise SpecError(f"engine = {engine!r}; use 'duckdb' or 'spark'")
+    if record or out is not None:
+        out_dir = Path(out) if out is not None else None
+        if out_dir is not None:
+            if out_dir.exists() and not out_dir.is_dir():
+                raise SpecError(f"--out {out_dir} is a file; give a directory for the evidence package")
+            if out_dir.exists() and any(out_dir.iterdir()) and not force:
+                raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "
+                                "package is kept until the new one is complete)")
+        if engine == "spark":
+            if not isinstance(data, str | Path):
+                raise SpecError("engine = 'spark' reads files (paths Spark can see), not in-memory frames")
+            from dcaudit.pipelines.spark import run_spec_spark
+
+            return _from_run(run_spec_spark(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet))
+        return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,
+                                         data=data if not isinstance(data, str | Path) else None))
+    if engine == "spark":
+        raise SpecError("engine = 'spark' records its runs: pass record=True (the CLI does)")
+    prepared = runner.prepare_source(spec, s, data if not isinstance(data, str | Path) else None)
+    tables, extra = runner.compute_spec(spec, s, prepared, quiet=True)
+    run_id = _new_run_id(spec.name)
+    manifest = {"spec": spec.name, "spec_hash": spec.spec_hash, "resolved_spec": spec.raw, **extra}
+    return _result(tables, notes=extra.get("notes", ()), run_id=run_id, manifest=manifest)
+
+
+def audit(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None = None,
+          fiber_rule: str = _FIBER_RULE, min_support: int = _SUPPORT, missing: str = _MISSING,
+          duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
+          out: str | Path | None = None, force: bool = False, name: str | None = None,
+          quiet: bool = True, engine: str = "duckdb") -> Result:
+    """Does ``evidence`` decide ``claim``? The mixed-fiber audit of one table.
+
+    ``evidence``: column names (a list, or one comma-separated string); ``claim``: a boolean expression
+    (``'"SR-p53" = 1'``, ``'gap > 1.0'``); ``id``: the candidate id column (default: the 1-based row);
+    ``fiber_rule``: ``exact`` | ``quantile:K`` | ``width:W``; ``min_support``: pure fibers smaller than this
+    are ``unsupported``; ``missing``: ``drop`` (complete cases; the rest excluded with a reason) or
+    ``as-value``; ``duplicates``: repeated ids are an ``error``, or ``keep`` them and report them in
+    ``findings``. ``record=True`` records the run in the workspace; ``out`` writes the package there.
+    """
+    spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=min_support,
+                 missing=missing, duplicates=duplicates, sections={}, name=name, origin="dcaudit.audit()")
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
+
+
+def _defaults_of(config: type) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+
+
+def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None = None,
+           fiber_rule: str = _FIBER_RULE, missing: str = _MISSING, min_support: int | None = None,
+           tolerance: str | float | None = None, reference: str | None = None,
+           duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
+           out: str | Path | None = None, force: bool = False, name: str | None = None, quiet: bool = True,
+           engine: str = "duckdb", **config: Any) -> Result:
+    """Held-out certify-then-acquire replay: what would acting on ``evidence`` cost?
+
+    Splits candidates into calibration and test (``seeds``, ``seed_offset``, ``calibration_fraction``),
+    certifies fibers on calibration only (``mode`` = ``exact`` | ``calibrated`` with ``epsilon``, ``delta``;
+    ``min_support``: 50 for fibers, 5 for ``tolerance`` windows unless given) and replays the policies on
+    test. ``tolerance`` (a width, ``"mae"`` or ``"q80"`` against ``reference``) certifies by error windows on
+    one numeric evidence column instead of fibers. Other keywords: the fields of ``ReplayConfig``.
+    """
+    from dcaudit.audits.replay import ReplayConfig
+    from dcaudit.defaults import replay_min_support as default_min_support
+
+    allowed = set(_defaults_of(ReplayConfig)) - {"min_support"}
+    unknown = set(config) - allowed
+    if unknown:
+        raise SpecError(f"replay(): unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    support = min_support if min_support is not None else default_min_support(windowed=tolerance is not None)
+    section: dict[str, Any] = {**config, "min_support": support}
+    if "prices" in section:
+        section["prices"] = list(section["prices"])
+    if tolerance is not None:
+        section["tolerance"] = tolerance
+    if reference is not None:
+        section["reference"] = reference
+    spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
+                 missing=missing, duplicates=duplicates, sections={"replay": section}, name=name,
+                 origin="dcaudit.replay()")
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
+
+
+def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes: str | Sequence[str],
+             id: str | None = None, fiber_rule: str = _FIBER_RULE, duplicates: Duplicates = defaults.DUPLICATES,
+             settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
+             force: bool = False, name: str | None = None, quiet: bool = True, **config: Any) -> Result:
+    """Completion curves: which of ``probes`` to measure next, and what each one certifies on held-out data.
+
+    Keywords: the fields of ``CompletionConfig`` (``seeds``, ``min_support``, ``policies``, ``refinement``,
+    ``tie_break``, …). The completion uses complete cases (missing evidence is dropped)."""
+    from dcaudit.audits.completion import CompletionConfig
+
+    allowed = set(_defaults_of(CompletionConfig))
+    unknown = set(config) - allowed
+    if unknown:
+        raise SpecError(f"complete(): unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    support = int(config.get("min_support", CompletionConfig.min_support))
+    section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+    section["probes"] = evidence_list(probes)
+    if isinstance(section.get("costs"), list):  # pairs from Python: the spec form is a table probe -> price
+        section["costs"] = dict(section["costs"])
+    spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
+                 missing="drop", duplicates=duplicates, sections={"completion": section}, name=name,
+                 origin="dcaudit.complete()")
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+
+
+def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = None,
+                rules: Sequence[str] | None = None, tolerances: Sequence[str | float] | None = None,
+                reference: str | None = None, min_support: int = _SUPPORT, duplicates: Duplicates = defaults.DUPLICATES,
+                settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
+                force: bool = False, name: str | None = None, quiet: bool = True) -> Result:
+    """How the audit moves with the fiber resolution of one numeric evidence column: quantile bins and the
+    window rules ``knn:K`` / ``window:T`` (default: quantile 5/10/20/40, knn 25/50/100), plus tolerance
+    windows (a width, ``mae`` or ``q80`` against ``reference``)."""
+    section: dict[str, Any] = {"min_support": min_support}
+    if rules is not None:
+        section["rules"] = list(rules)
+    if tolerances is not None:
+        section["tolerances"] = list(tolerances)
+    if reference is not None:
+        section["reference"] = reference
+    columns = evidence_list(evidence)
+    if len(columns) != 1:
+        raise SpecError(f"sensitivity needs one numeric evidence column, got {len(columns)}: {', '.join(columns)}")
+    spec = _spec(data, evidence=columns, claim=claim, id=id, fiber_rule="exact", min_support=min_support,
+                 missing="drop", duplicates=duplicates, sections={"sensitivity": section}, name=name,
+                 origin="dcaudit.sensitivity()")
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+
+
+def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True) -> Result:
+    """Run a built-in spec (``"tox21"``, …) or a spec file, recorded in the workspace like ``dcaudit run``."""
+    from dcaudit.pipelines.runner import run_spec
+    from dcaudit.spec import load_spec
+
+    return _from_run(run_spec(load_spec(str(spec)), _settings(settings), reuse=not force, quiet=quiet))
+
+
+def load(package: str | Path, *, settings: Settings | None = None) -> Result:
+    """An evidence package back as a :class:`Result`: a package directory, a run id, or a spec name (its
+    latest run). The tables equal those that were saved."""
+    import pyarrow.parquet as pq
+
+    from dcaudit.storage import read_manifest, verify_package
+
+    path = Path(package)
+    if not (path / "manifest.json").is_file():
+        from dcaudit.catalog import Catalog
+
+        path = Catalog(_settings(settings)).run_dir(str(package))
+    damaged = verify_package(path)
+    if damaged:
+        raise SpecError(f"the package is damaged: {damaged[0]}")
+    manifest = read_manifest(path)
+    tables = {p.stem: pq.read_table(p) for p in sorted(path.glob("*.parquet"))}
+    return _result(tables, notes=manifest.get("notes", ()), run_id=manifest.get("run_id"), package_dir=path,
+                   manifest=manifest)
+
+
+def connect_catalog(settings: Settings | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection to ``catalog.duckdb`` (views: runs, summary, fibers, candidates, …)."""
+    import duckdb
+
+    s = _settings(settings)
+    if not s.catalog_path.is_file():
+        raise SpecError(f"no catalog at {s.catalog_path} yet: run an audit first (dcaudit run tox21)")
+    return duckdb.connect(str(s.catalog_path), read_only=True)

@@ -1,0 +1,39 @@
+"""Every default of an audit option, defined once.
+
+The config objects (``EvidenceMap``, ``AuditTask``, ``ReplayConfig``, ``CompletionConfig``) take their
+defaults from here, and the spec parser, the Python API and the CLI all resolve through those objects;
+this module imports nothing, so ``dcaudit --help`` can show the values without loading DuckDB.
+"""
+
+# The mixed-fiber audit
+FIBER_RULE = "exact"
+MISSING = "drop"              # complete cases; "as-value" makes missing (and NaN, ±inf) a value of its own
+MIN_SUPPORT = 1               # pure fibers smaller than this are "unsupported"
+DUPLICATES = "error"          # repeated candidate ids; "keep" audits each row and reports them as findings
+
+# Held-out replays
+REPLAY_SEEDS = 100
+SEED_OFFSET = 0
+CALIBRATION_FRACTION = 0.5
+REPLAY_MODE = "exact"         # or "calibrated" (Clopper-Pearson bound on the minority rate <= epsilon)
+EPSILON = 0.05
+DELTA = 0.05
+MIN_SUPPORT_FIBERS = 50       # calibration members a fiber needs to certify (the paper's Tox21 replay)
+MIN_SUPPORT_WINDOWS = 5       # calibration neighbours a tolerance window needs (the paper's JARVIS replay)
+PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)  # price of a measurement per false decision
+
+# Completion curves
+COMPLETION_SEEDS = 100
+COMPLETION_MIN_SUPPORT = 1
+COMPLETION_POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")
+RANDOM_DRAWS = 100
+REFINEMENT = "mixed"          # or "full": every fiber recomputed after each probe (the paper's script)
+TIE_BREAK = "entropy"         # or "first" / "last" listed probe
+
+# Sensitivity to the fiber resolution
+SENSITIVITY_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", "knn:25", "knn:50", "knn:100")
+
+
+def replay_min_support(*, windowed: bool) -> int:
+    """The replay's default support: 5 neighbours for tolerance windows, 50 members for fibers."""
+    return MIN_SUPPORT_WINDOWS if windowed else MIN_SUPPORT_FIBERS

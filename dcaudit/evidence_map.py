@@ -1,0 +1,91 @@
+"""Evidence maps as types (the core): how a candidate's benchmark observables become a fiber key.
+
+Fiber rules, in the CLI's notation:
+
+* ``exact``        identical values of every evidence column;
+* ``quantile:K``   K equal-count bins per numeric column (cut points deduplicated, bins ``(lo, hi]``);
+* ``width:W``      fixed-width bins ``floor(x / W)``;
+* ``knn:K``        the K nearest neighbours in sorted evidence (a window per candidate);
+* ``window:T``     every candidate within ``|Δ evidence| <= T`` (a window per candidate).
+
+``missing``: ``drop`` keeps complete cases only (the others are excluded with a reason), ``as-value``
+makes "missing" (and NaN, ±inf) a value of its own. The SQL that computes keys is in
+:mod:`dcaudit.audits.evidence`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from dcaudit import defaults
+from dcaudit.errors import SpecError
+
+RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
+PARTITION_RULES = ("exact", "quantile", "width")
+WINDOW_RULES = ("knn", "window")
+
+
+@dataclass(frozen=True)
+class FiberRule:
+    kind: RuleKind
+    param: float | None = None
+
+    def __str__(self) -> str:
+        if self.param is None:
+            return self.kind
+        value = int(self.param) if self.kind in {"quantile", "knn"} else self.param
+        return f"{self.kind}:{value:g}" if isinstance(value, float) else f"{self.kind}:{value}"
+
+    @property
+    def is_window(self) -> bool:
+        return self.kind in WINDOW_RULES
+
+
+def parse_fiber_rule(text: str) -> FiberRule:
+    """``exact``, ``quantile:20``, ``width:0.5``, ``knn:25`` or ``window:0.042``."""
+    kind, _, arg = str(text).strip().lower().partition(":")
+    if kind == "exact" and not arg:
+        return FiberRule("exact")
+    if kind in {"quantile", "knn"}:
+        if not arg.isdigit() or int(arg) < (2 if kind == "quantile" else 1):
+            raise SpecError(f"fiber rule {text!r}: {kind} takes a whole number of "
+                            f"{'bins >= 2' if kind == 'quantile' else 'neighbours >= 1'}, e.g. {kind}:20")
+        return FiberRule(kind, int(arg))  # type: ignore[arg-type]
+    if kind in {"width", "window"}:
+        try:
+            value = float(arg)
+        except ValueError:
+            value = math.nan
+        if not (value > 0 and math.isfinite(value)):
+            raise SpecError(f"fiber rule {text!r}: {kind} takes a positive number, e.g. {kind}:0.5")
+        return FiberRule(kind, value)  # type: ignore[arg-type]
+    raise SpecError(f"unknown fiber rule {text!r}; use exact, quantile:K, width:W, knn:K or window:T")
+
+
+@dataclass(frozen=True)
+class EvidenceMap:
+    """Which columns are the evidence and how they become fiber keys."""
+
+    columns: tuple[str, ...]
+    rule: FiberRule = FiberRule(defaults.FIBER_RULE)  # type: ignore[arg-type]
+    missing: Literal["drop", "as-value"] = defaults.MISSING  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise SpecError("the evidence map names no columns")
+        if len(set(self.columns)) != len(self.columns):
+            raise SpecError(f"evidence columns repeat: {', '.join(self.columns)}")
+        if self.missing not in ("drop", "as-value"):
+            raise SpecError(f"missing = {self.missing!r}: use 'drop' (complete cases) or 'as-value'")
+        if self.rule.is_window and len(self.columns) != 1:
+            raise SpecError(f"fiber rule {self.rule} windows one numeric column; got {len(self.columns)}")
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.columns)
+
+    def refine(self, *extra: str) -> EvidenceMap:
+        """The same map with more evidence columns (a probe added)."""
+        return EvidenceMap(self.columns + tuple(extra), self.rule, self.missing)

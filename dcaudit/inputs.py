@@ -1,0 +1,430 @@
+"""The input contract: every table an audit reads — a user's file, a frame from a notebook, a connector's
+Parquet — enters DuckDB through :func:`register_input`, and the checks here run before any audit.
+
+What the contract guarantees (docs/inputs.md says it for users):
+
+* the data is readable: a ragged CSV line, a bad encoding, a truncated gzip or a corrupt Parquet file is a
+  one-line :class:`~dcaudit.errors.InputError` naming the file (and, for CSV, the line);
+* column names are unique (an error names the name and both positions) — DuckDB and polars would
+  silently rename the second one;
+* a CSV is read once, into a typed Arrow table, with ``__row`` = its 1-based data row, so later
+  checks can name the first offending row, and a table without an id column has one;
+* numeric rules (quantile/width bins, windows, tolerances) get numeric columns: otherwise the error names
+  the column, the first offending row and its value, and says so when it looks like a decimal comma;
+* candidate ids are neither NULL nor repeated (:func:`check_ids`), unless the user asks to keep duplicates;
+  then they are reported as findings, with disagreeing duplicates marked as such.
+
+The view an input is registered under is named after the input itself (its path, or "polars DataFrame"),
+so that any message DuckDB produces about it names the user's data, not an internal view.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+import pyarrow as pa
+
+from dcaudit.claims import quote_identifier, value_kind
+from dcaudit.errors import InputError, SpecError
+from dcaudit.storage import sha256_file
+
+ROW = "__row"  # the 1-based data row of every registered input; the candidate id when there is no id column
+CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
+Duplicates = Literal["error", "keep"]
+
+
+@dataclass(frozen=True)
+class RegisteredInput:
+    """An input as DuckDB sees it: the (quoted) view, the user's name for it, its columns and their types."""
+
+    view: str                      # quoted identifier, usable in SQL as is
+    label: str                     # the user's term: the file path, or e.g. "polars DataFrame"
+    columns: tuple[str, ...]       # the user's columns, in order (without ``__row``)
+    types: Mapping[str, str] = field(default_factory=dict)  # column -> DuckDB type
+    n_rows: int = 0
+    inputs: Mapping[str, str] = field(default_factory=dict)  # input name -> sha256 (manifest, cache key)
+    has_row: bool = True           # False for Parquet globs (no single data-row numbering)
+
+
+def view_name(label: str) -> str:
+    """The quoted DuckDB view for an input: named after the input, so DuckDB's own messages name it too."""
+    return quote_identifier(label)
+
+
+def label_of(relation: str) -> str:
+    """The user's name of a relation registered by :func:`register_input` (its view name unquoted)."""
+    if relation.startswith('"') and relation.endswith('"'):
+        return relation[1:-1].replace('""', '"')
+    return relation
+
+
+def check_file(path: Path) -> Path:
+    """The file exists, is a file and is not empty — or an InputError naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", file=str(path))
+    if path.is_dir():
+        raise InputError("is a directory; give a CSV, CSV.gz, TSV or Parquet file", file=str(path))
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", file=str(path))
+    return path
+
+
+def check_unique_columns(names: list[str] | tuple[str, ...], label: str) -> None:
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InputError(f"duplicate column name {name!r} at positions {seen[name] + 1} and {i + 1}; "
+                             "rename one of them", file=label)
+        seen[name] = i
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Registration.
+
+def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str | None = None) -> RegisteredInput:
+    """Register ``data`` in ``con`` as a view named after it; see the module docstring for what is checked.
+
+    ``data``: a path (CSV, CSV.gz, TSV, Parquet, or a Parquet glob), a polars DataFrame or LazyFrame, a
+    pandas DataFrame, a pyarrow Table, RecordBatchReader or Dataset, or a DuckDB relation.
+    """
+    if isinstance(data, str | Path):
+        return _register_path(con, Path(data), label)
+    table, kind = _as_arrow(data)
+    name = label or kind
+    if isinstance(table, pa.Table):
+        check_unique_columns(table.column_names, name)
+        if ROW in table.column_names:
+            table = table.drop([ROW])
+        table = table.append_column(ROW, pa.array(range(1, table.num_rows + 1), pa.int64()))
+        digest = _arrow_sha256(table)
+    else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here
+        check_unique_columns(table.schema.names, name)
+        digest = hashlib.sha256(str(table.schema).encode()).hexdigest()
+    view = view_name(name)
+    con.register(f"_arrow_{_safe(name)}", table)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}")
+    return _described(con, view, name, {name: digest}, has_row=isinstance(table, pa.Table))
+
+
+def input_digests(data: object, label: str | None = None) -> dict[str, str]:
+    """Input name -> sha256 of ``data`` without registering it: a file's bytes, or a frame's Arrow stream."""
+    if isinstance(data, str | Path):
+        path = Path(data)
+        if any(ch in path.name for ch in "*?["):
+            return {f.name: sha256_file(f) for f in sorted(path.parent.glob(path.name))}
+        return {path.name: sha256_file(check_file(path))}
+    table, kind = _as_arrow(data)
+    if not isinstance(table, pa.Table):
+        return {label or kind: hashlib.sha256(str(table.schema).encode()).hexdigest()}
+    return {label or kind: _arrow_sha256(table)}
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)[:60] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def _as_arrow(data: object) -> tuple[pa.Table, str]:
+    """Any frame-like object as Arrow (zero-copy where the library allows) and what to call it."""
+    module = type(data).__module__.split(".")[0]
+    kind = type(data).__name__
+    if isinstance(data, pa.Table):
+        return data, "Arrow table"
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data]), "Arrow record batch"
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all(), "Arrow record batch reader"
+    if module == "pyarrow" and kind.endswith("Dataset"):
+        return data, "Arrow dataset"  # type: ignore[return-value]
+    if module == "polars":
+        if kind == "LazyFrame":
+            return data.collect().to_arrow(), "polars LazyFrame"  # type: ignore[attr-defined]
+        if kind == "DataFrame":
+            return data.to_arrow(), "polars DataFrame"  # type: ignore[attr-defined]
+    if module == "pandas" and kind == "DataFrame":
+        names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
+        check_unique_columns(names, "pandas DataFrame")
+        return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"  # type: ignore[arg-type]
+    if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
+        return data.to_arrow_table(), "DuckDB relation"  # type: ignore[attr-defined]
+    raise SpecError(f"cannot audit a {module}.{kind}: give a path (CSV, Parquet), a polars, pandas or Arrow "
+                    "table, or a DuckDB relation")
+
+
+class _HashSink:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.closed = False
+
+    def write(self, b: bytes) -> int:
+        self.h.update(b)
+        return len(b)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _arrow_sha256(table: pa.Table) -> str:
+    """sha256 of the table's Arrow IPC stream: equal data, equal digest (a frame's input hash)."""
+    sink = _HashSink()
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), table.schema) as writer:  # type: ignore[arg-type]
+        writer.write_table(table)
+    return sink.h.hexdigest()
+
+
+def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None) -> RegisteredInput:
+    text = str(path)
+    name = label or text
+    if any(ch in path.name for ch in "*?["):
+        if not path.name.lower().endswith(PARQUET_SUFFIXES):
+            raise InputError("a glob must name Parquet files (e.g. data/*.parquet)", file=text)
+        files = sorted(path.parent.glob(path.name))
+        if not files:
+            raise InputError("the glob matches no file", file=text)
+        for f in files:
+            _parquet_schema(check_file(f))
+        view = view_name(name)
+        _create_view(con, view, f"SELECT * FROM read_parquet({_lit(text)}, union_by_name = true)", name)
+        return _described(con, view, name, {f.name: sha256_file(f) for f in files}, has_row=False)
+    path = check_file(path)
+    lower = path.name.lower()
+    view = view_name(name)
+    if lower.endswith(PARQUET_SUFFIXES):
+        names = _parquet_schema(path)
+        check_unique_columns(names, text)
+        drop = f" EXCLUDE ({quote_identifier(ROW)})" if ROW in names else ""
+        _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, *{drop} EXCLUDE (file_row_number) "
+                                f"FROM read_parquet({_lit(str(path))}, file_row_number = true)", text)
+    elif lower.endswith(CSV_SUFFIXES):
+        table = read_csv(path)
+        if ROW in table.column_names:
+            table = table.drop([ROW])
+        table = table.append_column(ROW, pa.array(range(1, table.num_rows + 1), pa.int64()))
+        con.register(f"_csv_{_safe(name)}", table)
+        _create_view(con, view, f"SELECT * FROM {quote_identifier(f'_csv_{_safe(name)}')}", text)
+    else:
+        raise InputError(f"unknown file type; use one of {', '.join(SUFFIXES)}", file=text)
+    return _described(con, view, name, {path.name: sha256_file(path)})
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, view: str, select: str, label: str) -> None:
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
+
+
+def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, inputs: Mapping[str, str], *,
+               has_row: bool = True) -> RegisteredInput:
+    try:
+        described = con.execute(f"DESCRIBE {view}").fetchall()
+        n = con.execute(f"SELECT count(*) FROM {view}").fetchall()[0][0]
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
+    if n == 0:
+        raise InputError("no data rows", file=label)
+    types = {r[0]: str(r[1]) for r in described if r[0] != ROW}
+    return RegisteredInput(view, label, tuple(types), types, int(n), dict(inputs), has_row)
+
+
+def _parquet_schema(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except Exception as exc:  # noqa: BLE001 - any reader error: the file is not usable Parquet
+        raise InputError(f"not a readable Parquet file ({str(exc).splitlines()[0][:200]})", file=str(path)) from None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CSV: read once, typed; errors name the line.
+
+def _open_text(path: Path) -> io.TextIOBase:
+    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="")
+
+
+def _separator(path: Path) -> str:
+    if path.name.lower().endswith((".tsv", ".tsv.gz")):
+        return "\t"
+    try:
+        with _open_text(path) as fh:
+            header = fh.readline()
+    except (OSError, EOFError, UnicodeDecodeError):
+        return ","
+    counts = {sep: header.count(sep) for sep in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda s: counts[s])
+    return best if counts[best] > 0 else ","
+
+
+def read_csv(path: Path) -> pa.Table:
+    """A CSV (or CSV.gz, TSV) as a typed Arrow table, read once; structural problems are InputErrors."""
+    import polars as pl
+
+    sep = _separator(path)
+    text = str(path)
+    with_header = _header(path, sep)
+    check_unique_columns(with_header, text)
+    try:
+        try:
+            frame = pl.read_csv(path, separator=sep, infer_schema_length=10_000, raise_if_empty=True)
+        except pl.exceptions.ComputeError as exc:
+            if "could not parse" not in str(exc):
+                raise
+            # a value late in the file does not fit the type inferred from the first rows: infer over all rows
+            frame = pl.read_csv(path, separator=sep, infer_schema_length=None, raise_if_empty=True)
+    except pl.exceptions.NoDataError:
+        raise InputError("file has no header or data", file=text) from None
+    except Exception as exc:  # noqa: BLE001 - find where the file is broken, in the user's terms
+        raise InputError(_csv_problem(path, sep, exc), file=text) from None
+    return frame.to_arrow()
+
+
+def _header(path: Path, sep: str) -> list[str]:
+    try:
+        with _open_text(path) as fh:
+            return next(csv.reader(fh, delimiter=sep), [])
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read ({exc})", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("line 1 is not UTF-8 text; save the file as UTF-8", file=str(path)) from None
+
+
+def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
+    """One line saying where a CSV is broken: a ragged or undecodable line, or a truncated archive."""
+    line = 0
+    try:
+        with _open_text(path) as fh:
+            reader = csv.reader(fh, delimiter=sep)
+            width = None
+            for fields in reader:
+                line = reader.line_num
+                if width is None:
+                    width = len(fields)
+                elif len(fields) != width and fields:
+                    return (f"line {line} has {len(fields)} fields, the header has {width} "
+                            f"(separator {sep!r}); fix or quote that line")
+    except UnicodeDecodeError:
+        return f"line {line + 1} is not UTF-8 text; save the file as UTF-8"
+    except (OSError, EOFError) as err:
+        return f"the file is truncated or not valid gzip ({err})"
+    except csv.Error as err:
+        return f"line {line + 1}: {err}"
+    return f"cannot read as CSV: {str(exc).splitlines()[0][:200]}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Checks that need the data.
+
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
+
+
+def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
+                    why: str) -> None:
+    """An InputError naming the first row whose ``column`` is not a number, when the column is not numeric."""
+    kind = value_kind(types.get(column, ""))
+    if kind in {"float", "int", "bool"}:
+        return
+    label = label_of(relation)
+    q = quote_identifier(column)
+    order = f" ORDER BY {ROW}" if ROW in _columns(con, relation) else ""
+    row_sql = ROW if order else "NULL"
+    try:
+        found = con.execute(f"SELECT {row_sql}, CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT NULL "
+                            f"AND TRY_CAST(CAST({q} AS VARCHAR) AS DOUBLE) IS NULL{order} LIMIT 1").fetchall()
+        n_values = con.execute(f"SELECT count({q}) FROM {relation}").fetchall()[0][0]
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read column: {duckdb_message(exc)}", file=label, column=column) from None
+    if not found:
+        if n_values == 0:
+            raise InputError(f"the column has no values, so {why} has nothing to work on", file=label,
+                             column=column)
+        return  # text that all parses as numbers (e.g. a column read as text): DuckDB casts it
+    row, value = found[0]
+    hint = ("; it looks like a decimal comma: write numbers with a decimal point" if _DECIMAL_COMMA.match(value)
+            else "")
+    raise InputError(f"{why} needs numbers, but the column holds text: {value[:40]!r}{hint}", file=label,
+                     row=row, column=column)
+
+
+def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
+    return [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+
+
+def guard_nan(con: duckdb.DuckDBPyConnection, types: Mapping[str, str], columns: tuple[str, ...] | list[str]) -> None:
+    """Make NaN tests reliable before an audit reads float ``columns``.
+
+    DuckDB (2.0) propagates Parquet min/max statistics into expressions, and those statistics leave NaN
+    out: over a Parquet file ``isnan(x)`` and ``nullif(x, 'NaN')`` are folded to "not NaN" and a NaN would
+    be binned or compared as a number. Statistics propagation is switched off for this connection when an
+    audit reads a float column (about +50 % on a grouping scan; integer-only audits keep it).
+    """
+    if any(value_kind(types.get(c, "")) == "float" for c in columns):
+        con.execute("SET disabled_optimizers = 'statistics_propagation'")
+
+
+def column_types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
+    return {r[0]: str(r[1]) for r in con.execute(f"DESCRIBE {relation}").fetchall()}
+
+
+def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
+              duplicates: Duplicates = "error", claim_sql: str | None = None, source: str = "") -> pa.Table | None:
+    """NULL, empty or repeated candidate ids: an InputError naming the first few (or, with
+    ``duplicates = "keep"``, findings rows — one per repeated id, ``duplicate_id_conflicting`` when the
+    copies disagree on the claim). Returns None when every id is unique."""
+    label = label_of(relation)
+    q = quote_identifier(id_column)
+    nulls = con.execute(f"SELECT count(*) FILTER (WHERE {q} IS NULL OR trim(CAST({q} AS VARCHAR)) = ''), "
+                        f"count(*) - count(DISTINCT {q}) - (count(*) - count({q})) FROM {relation}").fetchall()[0]
+    n_null, n_repeat = int(nulls[0]), int(nulls[1] or 0)
+    if n_null:
+        rows = [r[0] for r in con.execute(
+            f"SELECT {ROW} FROM {relation} WHERE {q} IS NULL OR trim(CAST({q} AS VARCHAR)) = '' "
+            f"ORDER BY 1 LIMIT 5").fetchall()] if ROW in _columns(con, relation) else []
+        where = f" (rows {', '.join(map(str, rows))}{', …' if n_null > len(rows) else ''})" if rows else ""
+        raise InputError(f"{n_null} candidate(s) have an empty id{where}; every candidate needs one",
+                         file=label, column=id_column)
+    if not n_repeat:
+        return None
+    y = f"CAST(({claim_sql}) AS BOOLEAN)" if claim_sql else "NULL::BOOLEAN"
+    dup = con.sql(f"""SELECT CAST({q} AS VARCHAR) AS candidate_id, count(*) AS n,
+                             count(DISTINCT {y}) > 1 AS conflicting,
+                             {f'min({ROW})' if ROW in _columns(con, relation) else 'NULL'} AS first_row
+                      FROM {relation} GROUP BY 1 HAVING count(*) > 1 ORDER BY first_row NULLS LAST, 1""")
+    if duplicates == "error":
+        head = dup.limit(5).fetchall()
+        shown = ", ".join(f"{r[0]!r} ({r[1]}×)" for r in head)
+        raise InputError(f"{n_repeat} repeated candidate id(s), e.g. {shown}; make ids unique, or keep the copies "
+                         "and report them (--duplicates keep / duplicates=\"keep\")", file=label, column=id_column)
+    return con.sql(f"""SELECT {_lit(source)} AS source, {_lit(label)} AS file, CAST(first_row AS BIGINT) AS "row",
+                              {_lit(id_column)} AS "column",
+                              CASE WHEN conflicting THEN 'duplicate_id_conflicting' ELSE 'duplicate_id' END AS kind,
+                              n || ' rows share this id' || CASE WHEN conflicting THEN ' and disagree on the claim'
+                                                              ELSE '' END AS detail,
+                              candidate_id FROM ({dup.sql_query()})""").to_arrow_table()
+
+
+def duckdb_message(exc: BaseException) -> str:
+    """DuckDB's message in one line: its first line, without the SQL it echoes or internal view names."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = re.sub(r"^[A-Za-z ]*Error: ", "", first)
+    first = re.sub(r"\b_(?:ev|grp|fib|arrow|csv)_[A-Za-z0-9_]+", "the input", first)
+    return first[:300]

@@ -1,0 +1,32 @@
+"""Progress display for long downloads, usable from any layer (it needs only rich).
+
+The bar writes to stderr and disappears when the download ends (``transient``), so logs keep only
+the result lines.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+_console = Console(stderr=True)
+
+
+class DownloadProgress:
+    """A rich progress bar with the interface pooch's HTTPDownloader expects (total, update, reset, close)."""
+
+    def __init__(self, name: str) -> None:
+        self._progress = Progress(TextColumn(name), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                  console=_console, transient=True)
+        self._task = self._progress.add_task(name, total=None)
+        self._progress.start()
+        self.total: int | None = None
+
+    def update(self, n: int) -> None:
+        self._progress.update(self._task, advance=n, total=self.total)
+
+    def reset(self) -> None:
+        self._progress.reset(self._task, total=self.total)
+
+    def close(self) -> None:
+        self._progress.stop()

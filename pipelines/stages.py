@@ -1,0 +1,92 @@
+"""The stage registry: one entry per spec section, validated when the spec is run — before any source is
+prepared or any run is recorded, so a typo in ``[replay]`` is a one-line error (exit 2), not a failed run.
+
+Adding a section is one module with a ``<name>_stage(ctx)`` function (and, where its keys need more than
+a name check, a parser) plus one line in :data:`STAGES`; docs/stages.md says how.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dcaudit.errors import SpecError
+from dcaudit.spec import PipelineSpec
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A spec section: where its runner function lives and how its settings are validated."""
+
+    run: str                       # "module:function" taking the runner's StageContext
+    keys: str | None = None        # "module:NAME" of the allowed keys (a set), checked when the spec loads
+    check: Callable[[Mapping[str, Any], PipelineSpec], None] | None = None  # deeper validation
+
+    def function(self) -> Callable[[Any], dict[str, list[Any]]]:
+        module, name = self.run.split(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def _audit_names(section: str, chosen: object, spec: PipelineSpec) -> None:
+    names = [chosen] if isinstance(chosen, str) else list(chosen or [])  # type: ignore[call-overload]
+    known = {a.audit_id for a in spec.audits}
+    missing = [a for a in names if a not in known]
+    if missing:
+        raise SpecError(f"[{section}] audits {missing} are not audits of spec {spec.name!r} (it has {sorted(known)})")
+
+
+def _check_replay(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.audits.replay import parse_section
+
+    parsed = parse_section(dict(raw))
+    _audit_names("replay", parsed.audits, spec)
+
+
+def _check_completion(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.audits.completion import parse_completion_section
+
+    parse_completion_section(dict(raw), spec.audits)
+
+
+def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.audits.replay import parse_tolerance
+    from dcaudit.evidence_map import parse_fiber_rule
+
+    _audit_names("sensitivity", raw.get("audits"), spec)
+    for rule in raw.get("rules", ()):
+        parse_fiber_rule(rule)
+    for tol in raw.get("tolerances", ()):
+        parse_tolerance(tol)
+
+
+STAGES: dict[str, Stage] = {
+    "replay": Stage("dcaudit.audits.replay:replay_stage", "dcaudit.audits.replay:_SECTION_KEYS", _check_replay),
+    "completion": Stage("dcaudit.audits.completion:completion_stage", "dcaudit.audits.completion:_SECTION_KEYS",
+                        _check_completion),
+    "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
+                         _check_sensitivity),
+    "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS"),
+    "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS"),
+    "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS"),
+    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS"),
+}
+
+
+def validate_spec(spec: PipelineSpec) -> None:
+    """Every section of ``spec`` names a stage and its settings validate; a SpecError otherwise."""
+    for name, raw in spec.sections.items():
+        stage = STAGES.get(name)
+        if stage is None:
+            raise SpecError(f"{spec.name}: section [{name}] has no stage; known sections: {sorted(STAGES)}")
+        if not isinstance(raw, dict):
+            raise SpecError(f"{spec.name}: [{name}] must be a table of settings")
+        if stage.keys is not None:
+            module, attr = stage.keys.split(":")
+            allowed = getattr(importlib.import_module(module), attr)
+            unknown = set(raw) - set(allowed)
+            if unknown:
+                raise SpecError(f"{spec.name}: [{name}]: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        if stage.check is not None:
+            stage.check(raw, spec)

@@ -1,0 +1,73 @@
+"""The ``[vision]`` stage: audit every predictions table of the source (one grouped DuckDB pass each).
+
+The connector (dcaudit.connectors.vision*) fits or reads the predictions; the audit
+(dcaudit.audits.vision) is a pure function over them; this glue passes one to the other.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute below
+
+from dcaudit.audits.vision import (
+    CLAIM,
+    SOURCE_NAMES,
+    VisionConfig,
+    audit_predictions,
+    build_suites,
+    headline_notes,
+)
+from dcaudit.inputs import ROW
+
+
+def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipelines.runner.StageContext
+    """Runner stage for ``[vision]``: audit every predictions table of the source (one grouped pass each)."""
+    from pathlib import Path
+
+    from dcaudit.connectors import vision_models, vision_predictions
+
+    cfg = VisionConfig.from_section(dict(ctx.spec.sections.get("vision") or {}))
+    out: dict[str, list[pa.Table]] = {}
+    user_file = Path(ctx.spec.source)
+    is_file = bool(user_file.suffix) or user_file.exists()
+    ambiguous_all = 0
+    for table, view in ctx.tables.items():
+        if table == "images":  # the connector's per-image table, audited by the spec's plain [[audits]]
+            continue
+        if is_file:  # a user's predictions: registered with row numbers, so errors can name the row
+            norm = vision_predictions.validate_predictions(ctx.con, view, file=str(user_file),
+                                                           conditions=cfg.conditions, clean=cfg.clean,
+                                                           row_column=ROW)
+            source, order = ctx.source, cfg.model_order
+        else:
+            norm = vision_predictions.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
+                                                           clean=cfg.clean)
+            source = SOURCE_NAMES.get(table, f"vision-{table}")
+            order = cfg.model_order or (vision_models.DIGITS_MODELS if table == "digits"
+                                        else vision_models.MnistProtocol().models)
+        suites = build_suites(ctx.con, norm, cfg.suites, clean=cfg.clean)
+        evidence = vision_predictions.image_evidence_sql(norm, cfg.clean, cfg.confidence_bins)
+        result = audit_predictions(ctx.con, norm, source=source, evidence_sql=evidence, suites=suites,
+                                   clean=cfg.clean, min_support=cfg.min_support,
+                                   model_order=order, with_candidates=cfg.candidates, bootstrap=cfg.bootstrap)
+        for name, parts in result.tables().items():
+            out.setdefault(name, []).extend(parts)
+        ctx.notes.extend(headline_notes(source, result))
+        per_split = result.summary.filter(pa.compute.and_(pa.compute.is_valid(result.summary["split"]),
+                                                          pa.compute.equal(result.summary["audit_id"], "robust[all]")))
+        ambiguous_all += sum(per_split["ambiguous"].to_pylist())
+    _cross_check(ctx, ambiguous_all)
+    return out
+
+
+def _cross_check(ctx, ambiguous_all: int) -> None:  # noqa: ANN001
+    """The spec's pooled [[audits]] entry (split and model inside the fiber key) must agree with the stage."""
+    for audit_id, audit in ctx.audits.items():
+        rows = audit.summary.to_pylist()
+        if len(rows) != 1 or rows[0]["claim"] != CLAIM or "confidence_decile" not in rows[0]["evidence"]:
+            continue
+        pooled = rows[0]["ambiguous"]
+        if pooled != ambiguous_all:
+            raise AssertionError(f"{audit_id}: pooled audit finds {pooled} ambiguous candidates, the [vision] "
+                                 f"stage {ambiguous_all}: the two evidence computations disagree")
+        ctx.notes.append(f"{audit_id}: pooled fiber audit agrees with the vision stage ({pooled} ambiguous)")

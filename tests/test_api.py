@@ -1,0 +1,195 @@
+"""The Python API: one front door for frames and files, one Result shape, save/load round trips, and the
+CLI, spec and API building the same configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+
+import dcaudit
+from dcaudit.cli import cli
+from dcaudit.config import load_settings
+from tests.conftest import mirror_path
+
+NR7 = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma"]
+P53 = '"SR-p53" = 1'
+# Columns that say where a table came from, not what it says
+PROVENANCE = ("run_id", "source")
+
+
+def content(result: dcaudit.Result) -> dict[str, pl.DataFrame]:
+    return {name: df.drop([c for c in PROVENANCE if c in df.columns]) for name, df in result.tables.items()}
+
+
+def same(a: dcaudit.Result, b: dcaudit.Result) -> None:
+    ta, tb = content(a), content(b)
+    assert sorted(ta) == sorted(tb)
+    for name in ta:
+        left, right = ta[name], tb[name]
+        key = [c for c in ("audit_id", "fiber_key", "candidate_id", "policy", "seed", "step") if c in left.columns]
+        assert left.sort(key, nulls_last=True).equals(right.sort(key, nulls_last=True)), name
+
+
+@pytest.fixture(scope="module")
+def tox21_csv() -> Path:
+    return mirror_path("tox21/tox21.csv")
+
+
+def test_tox21_from_every_input_type_gives_the_published_numbers(tox21_csv: Path, tmp_path: Path) -> None:
+    frames = {
+        "path": tox21_csv,
+        "polars": pl.read_csv(tox21_csv),
+        "lazy": pl.scan_csv(tox21_csv),
+        "pandas": pd.read_csv(tox21_csv),
+        "arrow": pacsv.read_csv(tox21_csv),
+    }
+    results = {k: dcaudit.audit(v, evidence=NR7, claim=P53, id="mol_id") for k, v in frames.items()}
+    for name, r in results.items():
+        s = r.summary.row(0, named=True)
+        got = (s["n_candidates"], s["n_fibers"], s["n_mixed_fibers"], s["certified_true"], s["certified_false"],
+               s["ambiguous"])
+        assert got == (4391, 43, 14, 8, 86, 4297), name
+        assert r.mixed().height == 4297
+        assert r.mixed()["candidate_id"].n_unique() == 4297
+        assert r.excluded().height == 7831 - 4391
+    for name in ("polars", "lazy", "pandas", "arrow"):
+        same(results["path"], results[name])
+    saved = results["polars"].save(tmp_path / "pkg")
+    loaded = dcaudit.load(saved)
+    assert sorted(loaded.tables) == sorted(results["polars"].tables)
+    for name, table in results["polars"].tables.items():
+        assert loaded.tables[name].equals(table), name
+    assert "4391 candidates" in repr(loaded)
+
+
+def test_a_parquet_glob_and_a_duckdb_relation(tmp_path: Path) -> None:
+    import duckdb
+
+    frame = pl.DataFrame({"id": [f"c{i}" for i in range(40)], "e": [i % 3 for i in range(40)],
+                          "y": [int(i % 3 == 0 or i == 7) for i in range(40)]})
+    frame[:20].write_parquet(tmp_path / "part-1.parquet")
+    frame[20:].write_parquet(tmp_path / "part-2.parquet")
+    from_glob = dcaudit.audit(tmp_path / "part-*.parquet", evidence="e", claim="y = 1", id="id")
+    con = duckdb.connect()
+    con.register("f", frame.to_arrow())
+    from_relation = dcaudit.audit(con.sql("SELECT * FROM f"), evidence="e", claim="y = 1", id="id")
+    same(from_glob, from_relation)
+    assert from_glob.summary["n_mixed_fibers"].to_list() == [1]
+
+
+rows_strategy = st.lists(
+    st.fixed_dictionaries({
+        "e1": st.sampled_from([0, 1, None]), "e2": st.sampled_from([0.5, 1.5, float("nan"), None]),
+        "y": st.sampled_from([0, 1, None])}),
+    min_size=1, max_size=30)
+
+
+@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=rows_strategy, seed=st.randoms(use_true_random=False), rule=st.sampled_from(["exact", "quantile:2"]))
+def test_any_frame_type_and_row_order_gives_the_csv_result(tmp_path: Path, rows: list[dict], seed, rule: str) -> None:  # noqa: ANN001
+    table = pa.Table.from_pylist([{"id": f"c{i}", **r} for i, r in enumerate(rows)],
+                                 schema=pa.schema([("id", pa.string()), ("e1", pa.int64()), ("e2", pa.float64()),
+                                                   ("y", pa.int64())]))
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    base = dcaudit.audit(path, evidence=["e1", "e2"], claim="y = 1", id="id", fiber_rule=rule)
+    order = list(range(table.num_rows))
+    seed.shuffle(order)
+    shuffled = table.take(order)
+    frames = [shuffled, pl.from_arrow(shuffled)]
+    if not any(r["e2"] != r["e2"] for r in rows if r["e2"] is not None):
+        frames.append(shuffled.to_pandas())  # pandas reads NaN as missing: equal only without NaN
+    for data in frames:
+        same(base, dcaudit.audit(data, evidence=["e1", "e2"], claim="y = 1", id="id", fiber_rule=rule))
+    s = base.summary.row(0, named=True)
+    if s["n_candidates"]:
+        total = s["certified_fraction"] + s["ambiguous_fraction"] + s["unsupported_fraction"]
+        assert abs(total - 1) < 1e-12
+
+
+def test_cli_and_api_write_the_same_package(tmp_path: Path) -> None:
+    f = tmp_path / "bench.csv"
+    pl.DataFrame({"c": [f"c{i}" for i in range(12)], "p": [i % 4 for i in range(12)],
+                  "a": [int(i % 4 == 1 or i == 3) for i in range(12)]}).write_csv(f)
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(cli, ["replay", str(f), "--id", "c", "--evidence", "p", "--claim", "a = 1",
+                                      "--seeds", "7", "--min-support", "1", "--out", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    api = dcaudit.replay(f, evidence="p", claim="a = 1", id="c", seeds=7, min_support=1)
+    same(dcaudit.load(out), api)
+
+
+def test_cli_spec_and_api_share_the_replay_defaults(tmp_path: Path) -> None:
+    """A tolerance window certifies at 5 calibration neighbours by default, a fiber at 50 — everywhere."""
+    f = tmp_path / "preds.csv"
+    pl.DataFrame({"id": [f"m{i}" for i in range(60)], "pred": [i / 60 for i in range(60)],
+                  "dft": [i / 60 + 0.01 * (i % 3) for i in range(60)]}).write_csv(f)
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    out = tmp_path / "cli"
+    args = ["replay", str(f), "--id", "id", "--evidence", "pred", "--claim", "dft > 0.5", "--seeds", "3",
+            "--tolerance", "mae", "--reference", "dft", "--out", str(out)]
+    assert CliRunner().invoke(cli, args, env=env).exit_code == 0
+    cli_spec = json.loads((out / "manifest.json").read_text())["resolved_spec"]
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text(f'name = "s"\n[source]\npath = "{f}"\nid = "id"\n[[audits]]\nid = "audit"\n'
+                         'claim = "dft > 0.5"\nevidence = ["pred"]\n[replay]\nseeds = 3\ntolerance = "mae"\n'
+                         'reference = "dft"\n')
+    from dcaudit.audits.replay import parse_section
+    from dcaudit.spec import load_spec
+
+    from_spec = parse_section(load_spec(str(spec_file)).sections["replay"])
+    from_cli = parse_section(cli_spec["replay"])
+    api = dcaudit.replay(f, evidence="pred", claim="dft > 0.5", id="id", seeds=3, tolerance="mae",
+                         reference="dft")
+    from_api = parse_section(api.manifest["resolved_spec"]["replay"])
+    assert from_spec == from_cli == from_api
+    assert from_api.config.min_support == 5
+    fibers = parse_section(dcaudit.replay(f, evidence="pred", claim="dft > 0.5", id="id", seeds=2,
+                                          fiber_rule="quantile:4").manifest["resolved_spec"]["replay"])
+    assert fibers.config.min_support == 50
+
+
+def test_record_puts_the_run_in_the_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCAUDIT_HOME", str(tmp_path / "home"))
+    frame = pl.DataFrame({"id": ["a", "b", "c"], "e": [0, 0, 1], "y": [1, 0, 1]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", record=True, settings=load_settings())
+    assert r.package_dir is not None and (r.package_dir / "summary.parquet").is_file()
+    con = dcaudit.connect_catalog(load_settings())
+    try:
+        assert con.sql(f"select count(*) from summary where run_id = '{r.run_id}'").fetchall() == [(1,)]
+    finally:
+        con.close()
+    assert dcaudit.load(r.run_id, settings=load_settings()).summary.equals(r.summary)
+
+
+def test_unknown_options_are_named() -> None:
+    frame = pl.DataFrame({"id": ["a"], "e": [0], "y": [1]})
+    with pytest.raises(dcaudit.api.SpecError, match="seedz"):
+        dcaudit.replay(frame, evidence="e", claim="y = 1", id="id", seedz=3)
+    with pytest.raises(dcaudit.api.SpecError, match="cannot audit a builtins.dict"):
+        dcaudit.audit({"e": [0]}, evidence="e", claim="y = 1")
+
+
+def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
+    n = 120
+    frame = pl.DataFrame({"id": [f"c{i}" for i in range(n)], "x": [i / n for i in range(n)],
+                          "p": [i % 2 for i in range(n)], "q": [(i // 3) % 2 for i in range(n)],
+                          "y": [int(i > n / 2 or i % 7 == 0) for i in range(n)]})
+    sens = dcaudit.sensitivity(frame, evidence="x", claim="y = 1", id="id", rules=["quantile:4", "knn:10"])
+    assert sens.sensitivity["fiber_rule"].to_list() == ["quantile:4", "knn:10"]
+    done = dcaudit.complete(frame, evidence="p", claim="y = 1", probes=["q", "x"], id="id", seeds=3,
+                            policies=["response_rank", "random"], random_draws=2)
+    steps = done.completion.filter(pl.col("seed").is_null())
+    assert set(steps["policy"]) == {"response_rank", "random"} and steps["step"].max() == 2

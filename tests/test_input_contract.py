@@ -1,0 +1,278 @@
+"""The input contract, rule by rule: every bad input a user can hand dcaudit gets a one-line error with
+exit status 2 naming their file, row, column or option — or a correct result with the exclusions
+reported. Never silently wrong, never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import dcaudit
+from dcaudit.cli import cli
+from dcaudit.errors import ClaimError, InputError, SpecError
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+
+
+def invoke(env: dict[str, str], *args: str):  # noqa: ANN201
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def fails_cleanly(result, *needles: str) -> str:  # noqa: ANN001
+    """Exit 2, no traceback, one line (at most one hint line more), mentioning every needle."""
+    text = result.output
+    assert result.exit_code == 2, text
+    assert "Traceback" not in text and "src_0" not in text and "SELECT" not in text, text
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 2, text
+    for needle in needles:
+        assert needle in text, (needle, text)
+    return text
+
+
+def write_csv(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# NaN, infinity and undefined claims
+
+
+def test_nan_and_inf_evidence_are_excluded_with_their_own_reasons_never_binned() -> None:
+    frame = pl.DataFrame({"id": [str(i) for i in range(8)],
+                          "e": [0.1, 0.2, 0.3, 0.4, 0.5, math.nan, math.inf, -math.inf],
+                          "y": [0, 0, 1, 1, 1, 1, 0, 1]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", fiber_rule="quantile:2")
+    reasons = dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows())
+    assert reasons == {"5": "evidence_nan", "6": "evidence_infinite", "7": "evidence_infinite"}
+    s = r.summary.row(0, named=True)
+    assert (s["n_candidates"], s["n_excluded"]) == (5, 3)
+    hi = r.fibers["evidence_hi"].to_list()
+    assert all(math.isfinite(v) for v in hi)  # NaN never lands in the top bin
+
+
+def test_nan_and_inf_are_fibers_of_their_own_under_as_value() -> None:
+    frame = pl.DataFrame({"id": [str(i) for i in range(7)],
+                          "e": [0.1, 0.2, 0.3, 0.4, math.nan, math.nan, math.inf],
+                          "y": [0, 0, 1, 1, 1, 0, 1]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", fiber_rule="quantile:2", missing="as-value")
+    s = r.summary.row(0, named=True)
+    assert (s["n_candidates"], s["n_excluded"], s["n_fibers"]) == (7, 0, 4)
+    cands = r.candidates.to_pandas().set_index("candidate_id")
+    assert cands.loc["4", "fiber_key"] == cands.loc["5", "fiber_key"] != cands.loc["6", "fiber_key"]
+    assert cands.loc["4", "status"] == "ambiguous"  # the two NaN candidates disagree
+
+
+def test_division_by_zero_and_nan_in_a_claim_make_it_undefined_never_true() -> None:
+    frame = pl.DataFrame({"id": ["a", "b", "c", "d"], "e": [1, 1, 2, 2], "score": [1.0, 2.0, math.nan, 3.0],
+                          "e2": [0, 2, 1, 0]})
+    r = dcaudit.audit(frame, evidence="e", claim="score / e2 > 0.5", id="id")
+    reasons = dict(r.candidates.select("candidate_id", "excluded_reason").iter_rows())
+    assert reasons == {"a": "claim_undefined", "b": None, "c": "claim_undefined", "d": "claim_undefined"}
+    assert r.candidates.filter(pl.col("candidate_id") == "b")["claim_value"].to_list() == [True]
+
+
+def test_a_nan_compared_is_undefined() -> None:
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [1, 1], "score": [math.nan, 0.9]})
+    r = dcaudit.audit(frame, evidence="e", claim="score > 0.5", id="id")
+    assert dict(r.candidates.select("candidate_id", "excluded_reason").iter_rows()) == {
+        "a": "claim_undefined", "b": None}
+
+
+def test_width_bins_of_inf_do_not_crash() -> None:
+    frame = pl.DataFrame({"id": ["a", "b", "c"], "e": [0.1, math.inf, 1e3], "y": [1, 0, 1]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", fiber_rule="width:0.5", missing="as-value")
+    assert r.summary["n_fibers"].to_list() == [3]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Columns, types and the claim grammar
+
+
+def test_duplicate_column_names_are_an_error_naming_both_positions(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "dup.csv", "id,e1,e1,y\n1,0,1,1\n2,1,0,0\n")
+    out = fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                        "dup.csv", "'e1'", "positions 2 and 3")
+    assert "e1_1" not in out
+
+
+def test_duplicate_columns_in_a_pandas_frame() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame([[1, 0, 1, 1]], columns=["id", "e1", "e1", "y"])
+    with pytest.raises(InputError, match="positions 2 and 3"):
+        dcaudit.audit(frame, evidence="e1", claim="y = 1", id="id")
+
+
+def test_sql_comment_in_a_claim_is_refused(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "t.csv", "id,e1,y\n1,0,1\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 -- e1"),
+                  "SQL comment")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 /* x */"),
+                  "SQL comment")
+
+
+def test_text_in_a_numeric_column_names_row_and_value(env: dict[str, str], tmp_path: Path) -> None:
+    rows = "\n".join(f"{i},{i * 0.5},1" for i in range(30))
+    f = write_csv(tmp_path / "text.csv", f"id,x,y\n{rows}\n30,abc,0\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
+                         "--claim", "y = 1"), "text.csv", "row 31", "'x'", "'abc'")
+
+
+def test_a_value_late_in_a_big_csv_is_still_found(env: dict[str, str], tmp_path: Path) -> None:
+    rows = "\n".join(f"{i},{i * 0.5},1" for i in range(20_000))
+    f = write_csv(tmp_path / "late.csv", f"id,x,y\n{rows}\n20000,n/a,0\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "width:1",
+                         "--claim", "y = 1"), "row 20001", "'n/a'")
+
+
+def test_decimal_commas_are_recognised(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "euro.csv", "id;score;y\n1;0,5;1\n2;1,5;0\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "quantile:2",
+                         "--claim", "y = 1"), "decimal comma", "row 1", "'score'")
+
+
+def test_an_all_empty_column_under_quantile(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "empty-col.csv", "id,x,y\n1,,1\n2,,0\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
+                         "--claim", "y = 1"), "no values", "'x'")
+
+
+def test_a_string_compared_with_a_number(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "s.csv", "id,e,name\n1,0,abc\n2,1,xyz\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "name > 1"),
+                  "compares column 'name' (text) with the literal '1'")
+
+
+def test_huge_claims_and_deep_parentheses_get_a_clear_error() -> None:
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [0, 1], "y": [1, 0]})
+    flat = " or ".join(["y = 1"] * 900)  # ~900 terms: fine, and/or chains are flat
+    assert dcaudit.audit(frame, evidence="e", claim=flat, id="id").summary["n_candidates"].to_list() == [2]
+    with pytest.raises(ClaimError, match="nests deeper"):
+        dcaudit.audit(frame, evidence="e", claim="(" * 120 + "y = 1" + ")" * 120, id="id")
+    with pytest.raises(ClaimError, match="operands"):
+        dcaudit.audit(frame, evidence="e", claim=" or ".join(["y = 1"] * 3000), id="id")
+
+
+def test_huge_quantile_is_refused_not_allocated() -> None:
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [0.1, 0.2], "y": [1, 0]})
+    with pytest.raises(SpecError, match="more than 100000 bins"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", fiber_rule="quantile:999999999999")
+
+
+def test_thousands_of_evidence_columns() -> None:
+    n = 2_000
+    data = {"id": [str(i) for i in range(50)], "y": [i % 2 for i in range(50)]}
+    data.update({f"c{j}": [(i * j) % 3 for i in range(50)] for j in range(n)})
+    r = dcaudit.audit(pl.DataFrame(data), evidence=[f"c{j}" for j in range(n)], claim="y = 1", id="id")
+    assert r.summary["n_candidates"].to_list() == [50]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Candidate ids
+
+
+def test_duplicate_and_empty_ids_are_errors_naming_them(env: dict[str, str], tmp_path: Path) -> None:
+    dup = write_csv(tmp_path / "dupid.csv", "id,e,y\na,0,1\nb,0,0\na,1,0\n")
+    fails_cleanly(invoke(env, "audit", str(dup), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
+                  "repeated candidate id", "'a' (2×)", "--duplicates keep")
+    empty = write_csv(tmp_path / "emptyid.csv", "id,e,y\na,0,1\n,0,0\nc,1,0\n")
+    fails_cleanly(invoke(env, "audit", str(empty), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
+                  "empty id", "rows 2")
+
+
+def test_kept_duplicates_are_reported_as_findings() -> None:
+    frame = pl.DataFrame({"id": ["a", "a", "b", "b", "c"], "e": [0, 0, 1, 1, 1], "y": [1, 0, 1, 1, 0]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", duplicates="keep")
+    kinds = dict(r.findings.select("candidate_id", "kind").iter_rows())
+    assert kinds == {"a": "duplicate_id_conflicting", "b": "duplicate_id"}  # a's two rows disagree
+    assert r.summary["n_candidates"].to_list() == [5]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Broken files
+
+
+def test_a_ragged_csv_line_is_named(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "ragged.csv", "id,e1,y\n1,0,1\n2,1,0,5\n3,1,1\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                  "ragged.csv", "line 3", "4 fields", "header has 3")
+
+
+def test_bad_encoding_truncated_gzip_and_corrupt_parquet(env: dict[str, str], tmp_path: Path) -> None:
+    enc = tmp_path / "enc.csv"
+    enc.write_bytes(b"id,e1,y\n1,0,1\n2,\xff\xfe,0\n")
+    fails_cleanly(invoke(env, "audit", str(enc), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                  "enc.csv", "UTF-8")
+    gz = tmp_path / "trunc.csv.gz"
+    gz.write_bytes(gzip.compress(b"id,e1,y\n" + b"".join(b"%d,0,1\n" % i for i in range(5000)))[:200])
+    fails_cleanly(invoke(env, "audit", str(gz), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                  "trunc.csv.gz", "truncated")
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "e1": [0, 1], "y": [1, 0]}), good)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(good.read_bytes()[:-40])
+    fails_cleanly(invoke(env, "audit", str(bad), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                  "bad.parquet", "Parquet")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Options and settings
+
+
+def test_absurd_min_support_cannot_change_the_catalog_types(env: dict[str, str], tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "t.csv", "id,e,y\na,0,1\nb,1,0\n")
+    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "y = 1",
+                         "--min-support", "999999999999999999999"), "min_support")
+
+
+def test_evidence_names_with_commas(tmp_path: Path, env: dict[str, str]) -> None:
+    f = tmp_path / "comma.csv"
+    pl.DataFrame({"id": ["a", "b", "c"], "x,y": [0, 0, 1], "z": [1, 1, 0], "y": [1, 0, 1]}).write_csv(f)
+    out = tmp_path / "out"
+    result = invoke(env, "audit", str(f), "--id", "id", "--evidence", "x,y", "--evidence", "z",
+                    "--claim", "y = 1", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(out / "summary.parquet").column("n_fibers").to_pylist() == [2]
+
+
+@pytest.mark.parametrize("variable, value, needle", [
+    ("DCAUDIT_THREADS", "abc", "DCAUDIT_THREADS"),
+    ("DCAUDIT_MEMORY_LIMIT", "1'GB", "DCAUDIT_MEMORY_LIMIT"),
+])
+def test_bad_settings_are_named(env: dict[str, str], variable: str, value: str, needle: str) -> None:
+    fails_cleanly(invoke({**env, variable: value}, "runs"), needle)
+
+
+def test_home_that_is_a_file(env: dict[str, str], tmp_path: Path) -> None:
+    home = tmp_path / "afile"
+    home.write_text("x")
+    fails_cleanly(invoke({**env, "DCAUDIT_HOME": str(home)}, "runs"), "is a file")
+
+
+def test_leakage_is_noted() -> None:
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [0, 1], "y": [1, 0]})
+    r = dcaudit.audit(frame, evidence=["e"], claim="e = 1", id="id")
+    assert any("leakage" in note for note in r.notes)
+
+
+def test_nan_in_a_parquet_file_is_seen_despite_its_statistics(tmp_path: Path) -> None:
+    """DuckDB folds isnan() with Parquet min/max statistics, which leave NaN out; the audit must not."""
+    path = tmp_path / "nan.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "e": [0.5, 0.5, math.nan], "score": [1.0, math.nan, 2.0],
+                             "y": [1, 0, 1]}), path)
+    r = dcaudit.audit(path, evidence="e", claim="y = 1", id="id")
+    assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"c": "evidence_nan"}
+    r = dcaudit.audit(path, evidence="y", claim="score > 0.5", id="id")
+    assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"b": "claim_undefined"}
