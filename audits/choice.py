@@ -1,4 +1,4 @@
-"""Model choice: the model a leaderboard score picks versus the model certification picks (DESIGN §4, choice).
+"""Model choice: the model a leaderboard score picks versus the model certification picks (docs/package.md).
 
 For every replay seed, two choices among the models of a per-model error-window replay:
 

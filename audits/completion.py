@@ -9,7 +9,7 @@ frozen; the result is scored on the held-out **test** split:
 * a *false decision* is a certified test candidate whose claim value differs from that label;
 * test candidates in unseen, unsupported or mixed calibration fibers are ambiguous (not decided).
 
-Policies (DESIGN §4): ``response_rank`` (largest calibration certified fraction after adding the
+Policies (docs/package.md): ``response_rank`` (largest calibration certified fraction after adding the
 probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``diversity`` (lowest
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
 (``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
@@ -21,7 +21,7 @@ probes when no prices are given); with a ``budget`` the result holds the budgete
 modal probe order over seeds, frozen on calibration, cut before it exceeds the budget — and
 ``within_budget`` marks the rows whose cumulative cost fits.
 
-Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
+Refinement (docs/reference.md): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
 it needs no further measurement — and every step re-examines only the candidates of mixed
 calibration fibers: pure fibers below ``min_support`` only split into smaller pure fibers, unseen
@@ -164,7 +164,7 @@ class CompletionConfig:
 
 @dataclass(frozen=True)
 class CompletionResult:
-    table: pa.Table                       # completion rows (DESIGN §4)
+    table: pa.Table                       # completion rows (docs/package.md)
     recommended_probe: str | None         # response_rank's modal first choice
     recommended_share: float | None       # in what fraction of seeds it was chosen first
     n_candidates: int                     # complete cases over evidence + probes + claim

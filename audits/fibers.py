@@ -47,7 +47,7 @@ class FiberAudit:
 
 
 def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
-    """The summary row's counts and fractions (DESIGN §4) from per-audit totals; shared by every audit
+    """The summary row's counts and fractions (docs/package.md) from per-audit totals; shared by every audit
     that builds summary rows (fibers here, the vision audit over many split x model groups at once)."""
     return f"""CAST(n_candidates AS BIGINT) AS n_candidates, CAST({n_excluded} AS BIGINT) AS n_excluded,
             CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,

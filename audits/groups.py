@@ -67,7 +67,7 @@ def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
 
 
 def spread_metrics(con: duckdb.DuckDBPyConnection, summary: pa.Table, *, experiment: str) -> pa.Table:
-    """Statistics across the per-group summary rows, long format (DESIGN §4 metrics)."""
+    """Statistics across the per-group summary rows, long format (docs/package.md, metrics)."""
     con.register("_grp_summary", summary)
     try:
         selects = " UNION ALL ".join(

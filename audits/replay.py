@@ -1,4 +1,4 @@
-"""Held-out certify-then-acquire replays: what acting on the evidence would cost (DESIGN §1, §4).
+"""Held-out certify-then-acquire replays: what acting on the evidence would cost (docs/reference.md, docs/package.md).
 
 For each of S seeds the candidates are split into calibration and test by a hash of
 (candidate id, seed), so every seed runs in the same SQL pass (the seed is a column from
@@ -15,7 +15,7 @@ For each of S seeds the candidates are split into calibration and test by a hash
   α (per seed; for windows per model × seed). See :mod:`dcaudit.audits.price`.
 
 Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
-under four policies (names as in DESIGN §4):
+under four policies (names as in docs/package.md):
 
 * ``fiber_majority``  — the benchmark-only action: the calibration majority of the candidate's fiber
   (a strict majority of trues is needed for ``true``); unseen fiber -> the global majority;
@@ -435,7 +435,7 @@ def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_col
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """A replay's two tables: ``replay`` (policy × seed, as in DESIGN §4) and ``costs`` (policy × price × seed)."""
+    """A replay's two tables: ``replay`` (policy × seed, as in docs/package.md) and ``costs`` (policy × price × seed)."""
 
     replay: pa.Table
     costs: pa.Table

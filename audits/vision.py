@@ -3,7 +3,7 @@
 Candidates are (split, model, image) triples of a predictions table (its columns: docs/connectors.md,
 vision). For each suite of corruptions:
 
-* **evidence** (the paper's, PAPER-NOTES §3.4): the clean predicted class, whether it is correct,
+* **evidence** (the paper's; docs/reference.md): the clean predicted class, whether it is correct,
   and the confidence decile — ``pd.qcut(confidence, q=10, duplicates='drop')`` computed per
   split × model over its clean test predictions. In SQL: the decile is the number of distinct
   interior 10 %-quantiles (``quantile_cont``, numpy's linear interpolation) strictly below the
@@ -22,7 +22,7 @@ Suites: ``all`` (every corruption in the table), ``each`` (one suite per conditi
 ``audit_id`` (``robust[all]``, ``robust[gaussian_noise@3]``, ``robust[severity=3]``) and its
 conditions are listed in the ``corruptions`` column.
 
-Tables (DESIGN §4; extra columns named here):
+Tables (docs/package.md; extra columns named here):
 
 * summary — one row per suite × split × model, plus one per suite × model over all splits
   (``split`` NULL, counts summed); extra: ``split``, ``n_splits``, ``clean_accuracy``,

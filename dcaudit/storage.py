@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# The tables of DESIGN §4, in the order a reader meets them.
+# The tables of docs/package.md, in the order a reader meets them.
 PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
                   "metrics", "sensitivity")
 
