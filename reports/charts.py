@@ -153,19 +153,33 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
     fig = _figure(width, 0.7 + 0.2 * len(bars))
     ax = fig.add_subplot()
     names: list[str] = []
+    lefts: dict[str, list[float]] = {}
+    widths: dict[str, list[float]] = {}
+    rows: dict[str, list[int]] = {}
+    ends = []
     for i, bar in enumerate(bars):
         left = 0.0
-        for j, (name, value) in enumerate(bar.segments):
+        for name, value in bar.segments:
             if name not in names:
                 names.append(name)
             value = float(value or 0.0)
             if value <= 0:
                 continue
-            colour = colours.get(name, PALETTE[names.index(name) % len(PALETTE)])
-            ax.barh(i, value, left=left, height=0.75, color=colour, gid=f"bar-{i}-{j}")
+            lefts.setdefault(name, []).append(left)
+            widths.setdefault(name, []).append(value)
+            rows.setdefault(name, []).append(i)
             left += value
+        ends.append(left)
+    for k, name in enumerate(names):   # one barh call per segment name: fast for many bars
+        if name not in rows:
+            continue
+        patches = ax.barh(rows[name], widths[name], left=lefts[name], height=0.75,
+                          color=colours.get(name, PALETTE[k % len(PALETTE)]))
+        for i, patch in zip(rows[name], patches, strict=True):
+            patch.set_gid(f"bar-{i}-{k}")
+    for i, bar in enumerate(bars):
         if bar.note:
-            ax.text(left, i, f" {bar.note}", va="center", fontsize=7, color="#333")
+            ax.text(ends[i], i, f" {bar.note}", va="center", fontsize=7, color="#333")
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colours.get(n, PALETTE[k % len(PALETTE)]), label=n) for k, n in enumerate(names)]

@@ -37,8 +37,8 @@ from dcaudit.reports import depict
 
 PAGE = 24                  # members per page (the first page gets pictures)
 FIBER_PAGE = 25            # fibers per page of the list
-MEMBER_BUDGET = 150_000    # member ids embedded in one report
-PICTURE_BUDGET = 2_000_000  # bytes of depictions and thumbnails
+MEMBER_BUDGET = 2_500_000  # bytes of member ids embedded in one report
+PICTURE_BUDGET = 1_000_000  # bytes of depictions, thumbnails and their captions
 GROUP_KEYS = ("source", "audit_id", "model", "split", "claim", "evidence", "fiber_rule")
 SMILES_COLUMNS = ("smiles", "canonical_smiles", "isomeric_smiles", "smi")
 FORMULA_COLUMNS = ("reduced_formula", "formula", "pretty_formula", "formula_pretty", "composition")
@@ -57,22 +57,28 @@ def lit(value: object) -> str:
 # ---------------------------------------------------------------- which audits, which fibers
 
 def fiber_audits(pkg: Any) -> list[str | None]:
-    """One audit per distinct (claim, evidence, fiber rule): audits differing only in min_support have the
-    same fibers (only certified/unsupported labels differ, which the summary shows)."""
-    if "audit_id" not in pkg.cols("fibers"):
+    """The audits whose fibers to show, one per set of identical fibers: audits that differ only in
+    min_support have the same fibers (only certified/unsupported labels differ, which the summary shows),
+    so the one with the smallest min_support stands for them."""
+    cols = pkg.cols("fibers")
+    if "audit_id" not in cols:
         return [None]
-    keys = [c for c in ("claim", "evidence", "fiber_rule", "source") if c in pkg.cols("summary")]
-    present = pkg.sql("SELECT DISTINCT audit_id FROM fibers ORDER BY 1").column(0).to_pylist()
-    if pkg.has("summary", "audit_id", "min_support") and keys:
-        chosen = pkg.sql(f"SELECT first(audit_id ORDER BY min_support, audit_id) AS a FROM summary "
-                         f"GROUP BY {', '.join(q(k) for k in keys)} ORDER BY a").column(0).to_pylist()
-        kept = [a for a in dict.fromkeys(chosen) if a in set(present)]
-        # audits only in fibers (no summary row) are kept too
-        summary_ids = set(pkg.sql("SELECT DISTINCT audit_id FROM summary").column(0).to_pylist())
-        kept += [a for a in present if a not in summary_ids]
-        if kept:
-            return kept
-    return present
+    parts = [f"CAST({q(c)} AS VARCHAR)" for c in ("model", "split", "evidence_key", "fiber_key", "n", "n_true")
+             if c in cols]
+    support = "coalesce(s.min_support, 0)" if pkg.has("summary", "audit_id", "min_support") else "0"
+    join = ("LEFT JOIN (SELECT audit_id, min(min_support) AS min_support FROM summary GROUP BY 1) s USING (audit_id)"
+            if support != "0" else "")
+    rows = pkg.sql(f"""SELECT audit_id, fp FROM (
+            SELECT audit_id, count(*) AS nf, bit_xor(hash(concat_ws('|', {', '.join(parts)}))) AS fp FROM fibers
+            GROUP BY audit_id) f {join}
+        ORDER BY {support}, audit_id""").to_pylist()
+    seen: set = set()
+    kept = []
+    for r in rows:
+        if r["fp"] not in seen:
+            seen.add(r["fp"])
+            kept.append(r["audit_id"])
+    return sorted(kept, key=lambda a: (a is None, str(a)))
 
 
 def evidence_text(columns: Sequence[str], key: str | None, rule: str | None, lo: float | None,
@@ -105,19 +111,31 @@ def _num(v: float | None) -> str:
     return "…" if v is None else f"{v:.4g}"
 
 
+def priority(sizes: Sequence[int]) -> list[int]:
+    """Fiber indices, largest first (ties in display order): who gets members and pictures first."""
+    return sorted(range(len(sizes)), key=lambda i: -sizes[i])
+
+
 def member_caps(sizes: Sequence[int], budget: int = MEMBER_BUDGET, page: int = PAGE) -> list[int]:
-    """Members listed per fiber: all of them when the total fits ``budget``; else one common cap (the
-    largest that keeps the total within budget, never under one page)."""
+    """Members listed per fiber, at most ``budget`` in all: every member when they fit; else every fiber
+    gets an equal floor (up to one page), then the largest fibers (of any audit) a full first page while
+    the budget lasts, then all their members."""
     if sum(sizes) <= budget:
         return list(sizes)
-    lo, hi = page, max(sizes)
-    while lo < hi:   # the largest cap c with sum(min(n, c)) <= budget
-        mid = (lo + hi + 1) // 2
-        if sum(min(n, mid) for n in sizes) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return [min(n, lo) for n in sizes]
+    floor = min(page, max(1, budget // max(1, len(sizes))))
+    caps = [min(n, floor) for n in sizes]
+    left = budget - sum(caps)
+    for target in (lambda n: min(n, page), lambda n: n):
+        for i in priority(sizes):
+            n = sizes[i]
+            extra = target(n) - caps[i]
+            if extra <= 0:
+                continue
+            if extra > left:
+                break
+            caps[i] += extra
+            left -= extra
+    return caps
 
 
 # ---------------------------------------------------------------- source tables (details of members)
@@ -214,6 +232,11 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
     label_cols = [c for c in ("model", "split") if c in keys
                   and pkg.sql(f"SELECT count({q(c)}) FROM _xf").column(0)[0].as_py()]
     out_fibers = []
+    strings: dict[str, int] = {}   # evidence texts and group labels repeat: stored once, referenced by index
+
+    def intern(text: str) -> int:
+        return strings.setdefault(text, len(strings))
+
     for f in fibers:
         a = f.get("audit_id")
         if a not in audit_index:
@@ -223,16 +246,16 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
         audit = audit_rows[audit_index[a]]
         audit["n"] += 1
         columns = [c for c in (f["ev"] or summary_evidence.get(a) or "").split(",") if c]
-        rec = {"a": audit_index[a], "e": evidence_text(columns, f["evidence_key"], f["rule"], f["lo"], f["hi"]),
+        rec = {"a": audit_index[a], "e": intern(evidence_text(columns, f["evidence_key"], f["rule"], f["lo"], f["hi"])),
                "n": f["n"], "t": f["n_true"], "s": f["status"]}
         if f["mixed_kind"] is not None:
             rec["k"] = f["mixed_kind"]
         if label_cols:
-            rec["g"] = " · ".join(f"{c} {f[c]}" for c in label_cols if f.get(c) is not None)
+            rec["g"] = intern(" · ".join(f"{c} {f[c]}" for c in label_cols if f.get(c) is not None))
         out_fibers.append(rec)
     data: dict[str, Any] = {"page": page, "fiberPage": FIBER_PAGE, "audits": audit_rows, "fibers": out_fibers,
                             "pics": {}, "totalMixed": total_mixed, "labels": label_cols,
-                            "hasKind": any("k" in f for f in out_fibers), "notes": []}
+                            "hasKind": any("k" in f for f in out_fibers), "notes": [], "S": list(strings)}
     if max_fibers and total_mixed > len(out_fibers):
         data["notes"].append(f"the {len(out_fibers)} largest of {total_mixed} mixed fibers are listed")
     if not fibers:
@@ -240,7 +263,12 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
     if not pkg.has("candidates", "candidate_id", "fiber_key"):
         data["notes"].append("the package has no candidates table: members are not listed")
         return data
-    caps = member_caps([f["n"] for f in fibers], member_budget, page)
+    # the budget is in bytes: an id costs its length plus quotes, comma and its claim character
+    id_len = pkg.sql("SELECT avg(length(CAST(candidate_id AS VARCHAR))) FROM (SELECT candidate_id FROM candidates "
+                     "WHERE status = 'ambiguous' LIMIT 20000)" if "status" in ccols else
+                     "SELECT avg(length(CAST(candidate_id AS VARCHAR))) FROM (SELECT candidate_id FROM candidates "
+                     "LIMIT 20000)").column(0)[0].as_py() or 8.0
+    caps = member_caps([f["n"] for f in fibers], int(member_budget / (id_len + 2)), page)
     pkg.con.register("_xcap", pa.table({"fx": pa.array(range(len(caps)), pa.int64()), "cap": pa.array(caps, pa.int64())}))
     on = " AND ".join([f"x.{q(k)} IS NOT DISTINCT FROM c.{q(k)}" for k in keys] + ["x.fiber_key = c.fiber_key"])
     claim = "c.claim_value" if "claim_value" in ccols else "NULL::BOOLEAN"
@@ -263,9 +291,11 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
     total = sum(f["n"] for f in fibers)
     data["listed"], data["members"] = listed, total
     if listed < total:
-        data["notes"].append(f"{listed} of the {total} members are listed (the first of each fiber, up to "
-                             f"{max(caps)} per fiber, actives first); the package's candidates.parquet has all: "
-                             "select * from candidates where fiber_key = … and audit_id = …")
+        data["notes"].append(f"{listed} of the {total} members are listed (at least {min(caps)} per fiber, a "
+                             "full first page for the first fibers, claim-true members first; the report's member "
+                             "budget is "
+                             f"{member_budget / 1e6:.1f} MB); candidates.parquet has all of them: select * from "
+                             "candidates where audit_id = … and fiber_key = …")
     _add_details(pkg, data, fibers, extra_sources, smiles, picture_budget, page)
     return data
 
@@ -279,22 +309,28 @@ def _runs(fx: Any, n: int) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
+MAX_TILES = 7   # pictures per member: the clean image and up to six conditions (the wrong ones first)
+
+
 def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterable[Mapping[str, Any]],
                  smiles: Mapping[str, str] | None, picture_budget: int, page: int) -> None:
-    """Tiles (picture key, caption) for the members on each fiber's first page."""
+    """Tiles (picture key, caption) for the members on each fiber's first page, fibers in order, while
+    the pictures and captions stay within ``picture_budget`` bytes."""
     tables = source_tables(getattr(pkg, "manifest", {}) or {}, extra_sources)
     if not tables and not smiles:
         return
-    first = {i: f.get("m", [])[:page] for i, f in enumerate(data["fibers"])}
-    wanted = sorted({m for ms in first.values() for m in ms})
+    first = [f.get("m", [])[:page] for f in data["fibers"]]
+    wanted = sorted({m for ms in first for m in ms})
     if not wanted:
         return
     con = pkg.con
+    smiles_of: dict[str, str] = dict(smiles or {})
+    formula_of: dict[str, str] = {}
     con.register("_xid", pa.table({"id": pa.array(wanted, pa.string())}))
     try:
-        smiles_of: dict[str, str] = dict(smiles or {})
-        formula_of: dict[str, str] = {}
         for t in tables:
+            if not ({"smiles", "formula"} & set(t.kinds)):
+                continue
             id_col = _id_column(con, t, "_xid")
             if id_col is None:
                 continue
@@ -306,41 +342,66 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
                     for k, v in rows:
                         if v is not None:
                             target.setdefault(k, v)
-        vision = [t for t in tables if "predictions" in t.kinds or "pixels" in t.kinds]
-        used = 0
-        pics: dict[str, Any] = data["pics"]
-        has_pictures = bool(smiles_of) and depict.rdkit_available()
-        if smiles_of and not depict.rdkit_available():
-            data["notes"].append("RDKit (the chem extra) is not installed: no structure depictions")
-        for i, f in enumerate(data["fibers"]):
-            members = first[i]
-            if not members:
-                continue
-            fiber = fibers[i]
-            tiles: list[list] = [[] for _ in members]
-            if smiles_of or formula_of:
-                for j, m in enumerate(members):
-                    if has_pictures and m in smiles_of and used < picture_budget:
-                        key = "s:" + m
-                        if key not in pics:
-                            svg = depict.depict_smiles(smiles_of[m])
-                            if svg:
-                                pics[key] = svg
-                                used += len(svg)
-                        if key in pics:
-                            tiles[j].append([key, ""])
-                    if m in formula_of:
-                        tiles[j].append([0, formula_of[m]])
-            if vision and used < picture_budget:
-                used += _vision_tiles(con, vision, fiber, members, tiles, pics)
-            if any(tiles):
-                f["d"] = tiles
-        if any(k.startswith("s:") for k in pics):
-            data["kinds"] = sorted(set(data.get("kinds", [])) | {"molecules"})
-        if any(k.startswith("i:") for k in pics):
-            data["kinds"] = sorted(set(data.get("kinds", [])) | {"images"})
     finally:
         con.unregister("_xid")
+    pics: dict[str, Any] = data["pics"]
+    strings = {text: k for k, text in enumerate(data["S"])}
+
+    def intern(text: str) -> int:
+        if text not in strings:
+            strings[text] = len(data["S"])
+            data["S"].append(text)
+        return strings[text]
+
+    used = 0
+    rdkit = depict.rdkit_available()
+    if smiles_of and not rdkit:
+        data["notes"].append("RDKit (the chem extra) is not installed: no structure depictions")
+    vision = [t for t in tables if "predictions" in t.kinds or "pixels" in t.kinds]
+    vision_tiles = _vision_tiles(con, vision, fibers, first, picture_budget) if vision else {}
+    stopped = None
+    for rank, i in enumerate(priority([f["n"] for f in data["fibers"]])):
+        f = data["fibers"][i]
+        members = first[i]
+        if not members:
+            continue
+        if used >= picture_budget:
+            stopped = rank
+            break
+        tiles: list[list] = [[] for _ in members]
+        for j, m in enumerate(members):
+            if rdkit and m in smiles_of:
+                key = "s:" + m
+                if key not in pics:
+                    svg = depict.depict_smiles(smiles_of[m])
+                    if svg:
+                        pics[key] = svg
+                        used += len(svg)
+                if key in pics:
+                    tiles[j].append([key, -1])
+            if m in formula_of:
+                tiles[j].append(intern(formula_of[m]))
+                used += len(formula_of[m]) + 8
+            for key, pic, caption in vision_tiles.get((i, j), ()):
+                if key and key not in pics:
+                    pics[key] = pic
+                    used += len(pic["px"]) + 24
+                # a caption-only tile is the index of its (interned) caption; with a picture, [key, index]
+                tiles[j].append([key, intern(caption)] if key else intern(caption))
+                used += 6 + (len(key) + 4 if key else 0)
+        if any(tiles):
+            f["d"] = tiles
+    if stopped is not None:
+        data["notes"].append(f"pictures are shown for the first page of the {stopped} largest fibers (the "
+                             f"report's picture budget is {picture_budget / 1e6:.1f} MB)")
+    kinds = set()
+    if any(k.startswith("s:") for k in pics):
+        kinds.add("molecules")
+    if any(k.startswith("i:") for k in pics):
+        kinds.add("images")
+    if formula_of:
+        kinds.add("formulas")
+    data["kinds"] = sorted(kinds)
 
 
 def _id_column(con: Any, table: SourceTable, ids: str) -> str | None:
@@ -351,7 +412,7 @@ def _id_column(con: Any, table: SourceTable, ids: str) -> str | None:
     for c in candidates[:6]:
         try:
             n = con.execute(f"SELECT count(*) FROM (SELECT DISTINCT CAST({q(c)} AS VARCHAR) AS v FROM "
-                            f"{table.relation()}) s WHERE v IN (SELECT id FROM {ids})").fetchone()[0]
+                            f"{table.relation()}) s WHERE v IN (SELECT id FROM {ids})").fetchall()[0][0]
         except Exception:   # a column that does not cast is not the id
             continue
         if n > best_n:
@@ -359,74 +420,85 @@ def _id_column(con: Any, table: SourceTable, ids: str) -> str | None:
     return best
 
 
-def _vision_tiles(con: Any, tables: list[SourceTable], fiber: dict, members: list[str], tiles: list[list],
-                  pics: dict) -> int:
-    """Per member: one tile per condition (its thumbnail where a pixel table has it; the prediction as the
-    caption). Predictions are matched on the fiber's split and model."""
-    used = 0
-    source = fiber.get("src")
-    ids = pa.table({"id": pa.array(members, pa.string()), "pos": pa.array(range(len(members)), pa.int64())})
-    con.register("_xm", ids)
+def _audit_condition(audit_id: str | None) -> str | None:
+    """``robust[brightness@1]`` -> ``brightness@1``: the one corruption an audit's claim is about."""
+    m = re.search(r"\[([^\]=]+)\]$", audit_id or "")
+    return m.group(1) if m and m.group(1) != "all" else None
+
+
+def _vision_tiles(con: Any, tables: list[SourceTable], fibers: list[dict], first: list[list[str]],
+                  budget: int) -> dict[tuple[int, int], list[tuple[str | None, dict | None, str]]]:
+    """(fiber, member) -> tiles (picture key, thumbnail, caption): the clean image, then the conditions
+    the model got wrong, then the others, at most ``MAX_TILES``. Predictions match on the fiber's split
+    and model; one batched query per source table."""
+    rows = []
+    for i in priority([f["n"] for f in fibers]):
+        f, members = fibers[i], first[i]
+        for j, m in enumerate(members):
+            rows.append((i, j, m, f.get("src"), None if f.get("split") is None else str(f.get("split")),
+                         f.get("model"), _audit_condition(f.get("audit_id"))))
+        if len(rows) * 60 > 4 * budget:   # enough members to fill the budget with captions alone
+            break
+    if not rows:
+        return {}
+    cols = list(zip(*rows, strict=True))
+    members = pa.table({"fx": pa.array(cols[0], pa.int64()), "j": pa.array(cols[1], pa.int64()),
+                        "id": pa.array(cols[2], pa.string()), "src": pa.array(cols[3], pa.string()),
+                        "split": pa.array(cols[4], pa.string()), "model": pa.array(cols[5], pa.string()),
+                        "cond": pa.array(cols[6], pa.string())})
+    con.register("_xm", members)
+    out: dict[tuple[int, int], list] = {}
     try:
-        preds: dict[tuple[str, str], str] = {}
-        labels: dict[str, str] = {}
-        conds: list[str] = []
+        sources = sorted({s for s in cols[3] if s is not None}) or [None]
+        preds: dict[tuple[int, int], list[tuple[str, str, str | None]]] = {}
         for t in tables:
-            if "predictions" not in t.kinds or not t.applies_to(source):
+            if "predictions" not in t.kinds:
                 continue
-            filt = []
+            mine = [s for s in sources if t.applies_to(s)]
+            if not mine:
+                continue
+            on = ["CAST(p.image_id AS VARCHAR) = m.id"]
             for k in ("split", "model"):
-                if k in t.columns and fiber.get(k) is not None:
-                    filt.append(f"{q(k)} = {lit(fiber[k])}")
-            label = "CAST(label AS VARCHAR)" if "label" in t.columns else "NULL"
-            rows = con.execute(
-                f"SELECT CAST(image_id AS VARCHAR), CAST(condition AS VARCHAR), CAST(predicted AS VARCHAR), {label} "
-                f"FROM {t.relation()} WHERE CAST(image_id AS VARCHAR) IN (SELECT id FROM _xm)"
-                + "".join(f" AND {f}" for f in filt)).fetchall()
-            for img, cond, pred, lab in rows:
-                preds.setdefault((img, cond), pred)
-                if lab is not None:
-                    labels.setdefault(img, lab)
-                if cond not in conds:
-                    conds.append(cond)
-            if rows:
-                break
-        pixels: dict[tuple[str, str], str] = {}
+                if k in t.columns:
+                    on.append(f"(m.{k} IS NULL OR CAST(p.{q(k)} AS VARCHAR) = m.{k})")
+            label = "CAST(p.label AS VARCHAR)" if "label" in t.columns else "NULL"
+            src_filter = " OR ".join("m.src IS NULL" if s is None else f"m.src = {lit(s)}" for s in mine)
+            for fx, j, cond, pred, lab in con.execute(
+                    f"SELECT m.fx, m.j, CAST(p.condition AS VARCHAR), CAST(p.predicted AS VARCHAR), {label} "
+                    f"FROM _xm m JOIN {t.relation()} p ON {' AND '.join(on)} "
+                    f"WHERE ({src_filter}) AND (m.cond IS NULL OR p.condition IN ('clean', m.cond))").fetchall():
+                preds.setdefault((fx, j), []).append((cond, pred, lab))
+        pixels: dict[str, dict[str, tuple[str, dict]]] = {}   # image -> condition -> (key, thumbnail)
         for t in tables:
-            if "pixels" not in t.kinds or not t.applies_to(source):
+            if "pixels" not in t.kinds or not any(t.applies_to(s) for s in sources):
                 continue
             cond = "CAST(condition AS VARCHAR)" if "condition" in t.columns else "'clean'"
             hw = ", ".join(c if c in t.columns else "NULL" for c in ("height", "width"))
-            rows = con.execute(f"SELECT CAST(image_id AS VARCHAR), {cond}, {q(t.kinds['pixels'])}, {hw} "
-                               f"FROM {t.relation()} WHERE CAST(image_id AS VARCHAR) IN (SELECT id FROM _xm)"
-                               ).fetchall()
-            for img, c, px, h, w in rows:
-                key = f"i:{t.name}:{img}:{c}"
-                if key not in pics:
-                    thumb = depict.thumbnail(px, h, w)
-                    if thumb is None:
-                        continue
-                    pics[key] = thumb
-                    used += len(thumb["px"]) + 20
-                pixels[(img, c)] = key
-                if c not in conds:
-                    conds.append(c)
-            if rows:
-                break
-        conds.sort(key=lambda c: (c != "clean", c))
-        for j, m in enumerate(members):
-            for c in conds:
-                pred = preds.get((m, c))
-                pic = pixels.get((m, c), 0)
-                if pred is None and not pic:
-                    continue
-                caption = c if pred is None else f"{_short_condition(c)}: {pred}"
-                tiles[j].append([pic, caption])
-            if m in labels and tiles[j]:
-                tiles[j].insert(0, [0, f"label {labels[m]}"])
+            for img, c, px, h, w in con.execute(
+                    f"SELECT CAST(image_id AS VARCHAR), {cond}, {q(t.kinds['pixels'])}, {hw} FROM {t.relation()} "
+                    "WHERE CAST(image_id AS VARCHAR) IN (SELECT DISTINCT id FROM _xm)").fetchall():
+                thumb = depict.thumbnail(px, h, w)
+                if thumb is not None:
+                    pixels.setdefault(img, {})[c] = (f"i:{t.name}:{img}:{c}", thumb)
+        for (fx, j, m, *_rest) in rows:
+            found = preds.get((fx, j), [])
+            label = next((lab for _, _, lab in found if lab is not None), None)
+            by_cond = {c: p for c, p, _ in found}
+            mine = pixels.get(m, {})
+            conds = sorted({c for c, _, _ in found} | (set() if by_cond else set(mine)),
+                           key=lambda c: (c != "clean", label is None or by_cond.get(c) == label, c))
+            tiles = []
+            if label is not None:
+                tiles.append((None, None, f"label {label}"))
+            for c in conds[:MAX_TILES]:
+                key, thumb = mine.get(c, (None, None))
+                pred = by_cond.get(c)
+                tiles.append((key, thumb, c if pred is None else f"{_short_condition(c)}: {pred}"))
+            if tiles:
+                out[(fx, j)] = tiles
     finally:
         con.unregister("_xm")
-    return used
+    return out
 
 
 def _short_condition(c: str) -> str:
@@ -445,14 +517,14 @@ body.explorer-only>*:not(h1):not(#explorer-section){display:none}
 #explorer-section .fiber h3{margin:.1em 0 .3em;font-size:14px}
 #explorer-section ol.members{list-style:none;padding:0;margin:.3em 0;display:flex;flex-wrap:wrap;gap:6px}
 #explorer-section li.member{border:1px solid #e2e2e2;border-radius:3px;padding:3px;font-size:11px;min-width:118px;
-max-width:260px;background:#fff}
+max-width:330px;background:#fff}
 #explorer-section li.member.cv1{border-color:#D55E00;box-shadow:inset 0 3px 0 #D55E00}
 #explorer-section li.member .id{font-family:ui-monospace,monospace}#explorer-section li.member .cv{float:right;font-weight:600}
 #explorer-section li.member.cv1 .cv{color:#D55E00}#explorer-section li.member.cv0 .cv{color:#0072B2}
 #explorer-section .pic svg{width:120px;height:90px;display:block}
 #explorer-section .tiles{display:flex;flex-wrap:wrap;gap:2px;margin-top:2px}
 #explorer-section .tile{text-align:center;font-size:9px;color:#444}
-#explorer-section canvas.thumb{width:40px;height:40px;image-rendering:pixelated;display:block;border:1px solid #eee}
+#explorer-section canvas.thumb{width:36px;height:36px;image-rendering:pixelated;display:block;border:1px solid #eee}
 #explorer-section .bar{display:inline-block;height:8px;background:#E69F00;vertical-align:middle}
 #explorer-section .bar i{display:block;height:8px;background:#D55E00}
 """
@@ -462,34 +534,40 @@ JS = r"""
 "use strict";
 var D=JSON.parse(document.getElementById('dc-explorer-data').textContent);
 var root=document.getElementById('explorer-app');if(!root)return;
-var state={audit:-1,filter:'',kind:'',fpage:0,sel:0,mpage:0};
+var state={audit:-1,filter:'',kind:'',fpage:0,sel:-1,mpage:0};
 function el(t,a,txt){var e=document.createElement(t);if(a)for(var k in a){if(k==='cls')e.className=a[k];else e.setAttribute(k,a[k]);}
  if(txt!==undefined&&txt!==null)e.textContent=txt;return e;}
-function shown(){var out=[];for(var i=0;i<D.fibers.length;i++){var f=D.fibers[i];
+var F=D.F,cache={};
+function fib(i){return {i:i,a:F.a[i],e:F.e[i],n:F.n[i],t:F.t[i],l:F.l[i],g:F.g?F.g[i]:-1,k:F.k?F.k[i]:null,s:'ambiguous',
+ c:F.c[i],d:F.d?F.d[String(i)]:undefined};}
+function mem(i){if(!(i in cache)){var x=F.m[i];cache[i]=D.sep===null?x:(x===''?[]:x.split(D.sep));}return cache[i];}
+function shown(){var out=[];for(var i=0;i<D.nf;i++){var f=fib(i);
  if(state.audit>=0&&f.a!==state.audit)continue;if(state.kind&&f.k!==state.kind)continue;
- if(state.filter){var t=(f.e+' '+(f.g||'')+' '+D.audits[f.a].id).toLowerCase();if(t.indexOf(state.filter)<0)continue;}
+ if(state.filter){var t=(E(f)+' '+G(f)+' '+D.audits[f.a].id).toLowerCase();if(t.indexOf(state.filter)<0)continue;}
  out.push(i);}return out;}
+function E(f){return D.S[f.e];}function G(f){return f.g<0?'':D.S[f.g];}
 function pct(f){return f.t===null||f.t===undefined?'':(100*f.t/f.n).toFixed(1)+'%';}
 function thumb(p){var c=el('canvas',{cls:'thumb',width:p.w,height:p.h});var x=c.getContext('2d');
  var img=x.createImageData(p.w,p.h);for(var i=0;i<p.w*p.h;i++){var v=255-parseInt(p.px.substr(2*i,2),16);
  img.data[4*i]=v;img.data[4*i+1]=v;img.data[4*i+2]=v;img.data[4*i+3]=255;}x.putImageData(img,0,0);return c;}
-function member(f,j,withTiles){var cv=f.c?f.c.charAt(j):'-';
- var li=el('li',{cls:'member cv'+cv,'data-id':f.m[j]});
+function member(f,m,j,withTiles){var cv=f.c?f.c.charAt(j):'-';
+ var li=el('li',{cls:'member cv'+cv,'data-id':m[j]});
  li.appendChild(el('span',{cls:'cv',title:'claim value'},cv==='1'?'true':cv==='0'?'false':'?'));
- li.appendChild(el('span',{cls:'id'},f.m[j]));
+ li.appendChild(el('span',{cls:'id'},m[j]));
  var tiles=withTiles&&f.d?f.d[j]:null;
- if(tiles&&tiles.length){var box=el('div',{cls:'tiles'});for(var k=0;k<tiles.length;k++){var t=tiles[k];var p=t[0]?D.pics[t[0]]:null;
-  if(p&&typeof p==='string'){var d=el('div',{cls:'pic'});d.innerHTML=p;box.appendChild(d);if(t[1])box.appendChild(el('div',{cls:'tile'},t[1]));}
-  else{var tl=el('div',{cls:'tile'});if(p)tl.appendChild(thumb(p));tl.appendChild(el('div',null,t[1]));box.appendChild(tl);}}
+ if(tiles&&tiles.length){var box=el('div',{cls:'tiles'});for(var k=0;k<tiles.length;k++){var t=tiles[k];if(typeof t==='number')t=[0,t];
+  var p=t[0]?D.pics[t[0]]:null;var cap=t[1]>=0?D.S[t[1]]:'';
+  if(p&&typeof p==='string'){var d=el('div',{cls:'pic'});d.innerHTML=p;box.appendChild(d);if(cap)box.appendChild(el('div',{cls:'tile'},cap));}
+  else{var tl=el('div',{cls:'tile'});if(p)tl.appendChild(thumb(p));tl.appendChild(el('div',null,cap));box.appendChild(tl);}}
   li.appendChild(box);}
  return li;}
-function fiberBox(i,all){var f=D.fibers[i],a=D.audits[f.a];var box=el('section',{cls:'fiber','data-fx':i});
- box.appendChild(el('h3',null,'Fiber '+(i+1)+': '+f.e));
- var meta=a.id+(f.g?' · '+f.g:'')+' · n = '+f.n+(f.t!==null&&f.t!==undefined?' · claim true '+f.t+' ('+pct(f)+')':'')+' · '+f.s+(f.k?' · '+f.k:'');
+function fiberBox(i,all){var f=fib(i),a=D.audits[f.a];var box=el('section',{cls:'fiber','data-fx':i});
+ box.appendChild(el('h3',null,'Fiber '+(i+1)+': '+E(f)));
+ var meta=a.id+(G(f)?' · '+G(f):'')+' · n = '+f.n+(f.t!==null&&f.t!==undefined?' · claim true '+f.t+' ('+pct(f)+')':'')+' · '+f.s+(f.k?' · '+f.k:'');
  box.appendChild(el('div',{cls:'note'},meta));
- var m=f.m||[];var P=D.page;var pages=Math.max(1,Math.ceil(m.length/P));
+ var m=mem(i);var P=D.page;var pages=Math.max(1,Math.ceil(m.length/P));
  var from=all?0:state.mpage*P,to=all?m.length:Math.min(m.length,from+P);
- var ol=el('ol',{cls:'members',start:from+1});for(var j=from;j<to;j++)ol.appendChild(member(f,j,j<P));
+ var ol=el('ol',{cls:'members',start:from+1});for(var j=from;j<to;j++)ol.appendChild(member(f,m,j,j<P));
  if(!all&&pages>1){box.appendChild(pager(state.mpage,pages,function(p){state.mpage=p;draw();},'members'));}
  box.appendChild(ol);
  if(m.length<f.n)box.appendChild(el('p',{cls:'note'},m.length+' of '+f.n+' members listed here; candidates.parquet has all'));
@@ -498,7 +576,7 @@ function pager(cur,n,go,what){var d=el('div',{cls:'pager'});d.appendChild(el('sp
  [['«',0],['‹',cur-1],['›',cur+1],['»',n-1]].forEach(function(b){var x=el('button',{type:'button'},b[0]);
  if(b[1]<0||b[1]>=n||b[1]===cur)x.disabled=true;x.onclick=function(){go(b[1]);};d.appendChild(x);});return d;}
 function draw(){var all=location.hash==='#explorer-all'||/[?&]explorer=all/.test(location.search);root.textContent='';
- var ctl=el('div',{cls:'ctl'});var sel=el('select',{'aria-label':'audit'});sel.appendChild(el('option',{value:-1},'every audit ('+D.fibers.length+' mixed fibers)'));
+ var ctl=el('div',{cls:'ctl'});var sel=el('select',{'aria-label':'audit'});sel.appendChild(el('option',{value:-1},'every audit ('+D.nf+' mixed fibers)'));
  D.audits.forEach(function(a,k){var o=el('option',{value:k},a.id+' — '+a.n+' mixed');if(k===state.audit)o.selected=true;sel.appendChild(o);});
  sel.onchange=function(){state.audit=+sel.value;state.fpage=0;state.sel=-1;state.mpage=0;draw();};ctl.appendChild(sel);
  var inp=el('input',{type:'search',placeholder:'filter evidence…',value:state.filter});inp.onchange=function(){state.filter=inp.value.toLowerCase();state.fpage=0;state.sel=-1;draw();};ctl.appendChild(inp);
@@ -511,14 +589,14 @@ function draw(){var all=location.hash==='#explorer-all'||/[?&]explorer=all/.test
  var tb=el('table',{cls:'fibers'});var h=el('tr');['#','audit','evidence'].concat(D.labels.length?['group']:[]).concat(['n','claim true','share','status']).concat(D.hasKind?['mixed kind']:[]).concat(['members listed']).forEach(function(c){h.appendChild(el('th',null,c));});
  var th=el('thead');th.appendChild(h);tb.appendChild(th);var body=el('tbody');
  var rows=all?list:list.slice(state.fpage*FP,state.fpage*FP+FP);
- rows.forEach(function(i){var f=D.fibers[i];var tr=el('tr',{'data-fx':i});if(i===state.sel)tr.className='sel';
-  tr.appendChild(el('td',{cls:'num'},i+1));tr.appendChild(el('td',null,D.audits[f.a].id));tr.appendChild(el('td',null,f.e));
-  if(D.labels.length)tr.appendChild(el('td',null,f.g||''));
+ rows.forEach(function(i){var f=fib(i);var tr=el('tr',{'data-fx':i});if(i===state.sel)tr.className='sel';
+  tr.appendChild(el('td',{cls:'num'},i+1));tr.appendChild(el('td',null,D.audits[f.a].id));tr.appendChild(el('td',null,E(f)));
+  if(D.labels.length)tr.appendChild(el('td',null,G(f)));
   tr.appendChild(el('td',{cls:'num'},f.n));tr.appendChild(el('td',{cls:'num'},f.t));
   var sc=el('td');var bar=el('span',{cls:'bar',title:pct(f)});bar.style.width=Math.max(2,Math.round(60*Math.log(1+f.n)/Math.log(1+D.maxN)))+'px';
   var b2=el('i');b2.style.width=(f.t?100*f.t/f.n:0)+'%';bar.appendChild(b2);sc.appendChild(bar);sc.appendChild(document.createTextNode(' '+pct(f)));tr.appendChild(sc);
   tr.appendChild(el('td',{cls:'st-'+f.s},f.s));if(D.hasKind)tr.appendChild(el('td',null,f.k||''));
-  tr.appendChild(el('td',{cls:'num'},(f.m||[]).length));
+  tr.appendChild(el('td',{cls:'num'},f.l));
   tr.onclick=function(){state.sel=i;state.mpage=0;draw();var b=document.getElementById('explorer-fiber');if(b)b.scrollIntoView({block:'nearest'});};
   body.appendChild(tr);});tb.appendChild(body);root.appendChild(tb);
  var holder=el('div',{id:'explorer-fiber'});
@@ -527,14 +605,38 @@ function draw(){var all=location.hash==='#explorer-all'||/[?&]explorer=all/.test
  root.appendChild(holder);
  document.documentElement.setAttribute('data-explorer-ms',(performance.now()).toFixed(1));}
 if(/[?&]view=explorer/.test(location.search))document.body.classList.add('explorer-only');
-D.maxN=1;D.fibers.forEach(function(f){if(f.n>D.maxN)D.maxN=f.n;});
+var qs=new URLSearchParams(location.search);
+if(qs.get('audit')!==null){D.audits.forEach(function(a,k){if(a.id===qs.get('audit'))state.audit=k;});}
+if(qs.get('fiber')!==null){state.sel=Math.max(0,Math.min(D.nf-1,(+qs.get('fiber'))-1));var l=shown();state.fpage=Math.max(0,Math.floor(l.indexOf(state.sel)/D.fiberPage));}
+else if(state.audit>=0){state.sel=-1;}
+D.maxN=1;F.n.forEach(function(n){if(n>D.maxN)D.maxN=n;});
 window.addEventListener('hashchange',draw);draw();
 })();
 """
 
 
+def pack(data: dict) -> dict:
+    """The explorer data as the page embeds it: fibers column by column (``F``: audit, evidence and group
+    string indices, n, n_true, mixed kind, members listed, members as one separated string, claim
+    characters, tiles), which is half the size of one object per fiber."""
+    fibers = data["fibers"]
+    ids = [m for f in fibers for m in f.get("m", [])]
+    sep = next((c for c in (" ", "|", "\t", ";") if not any(c in m for m in ids)), None)
+    F: dict[str, Any] = {"a": [f["a"] for f in fibers], "e": [f["e"] for f in fibers], "n": [f["n"] for f in fibers],
+                         "t": [f["t"] for f in fibers], "l": [len(f.get("m", [])) for f in fibers],
+                         "c": [f.get("c", "") for f in fibers]}
+    F["m"] = [sep.join(f.get("m", [])) for f in fibers] if sep else [f.get("m", []) for f in fibers]
+    if any("g" in f for f in fibers):
+        F["g"] = [f.get("g", -1) for f in fibers]
+    if data.get("hasKind"):
+        F["k"] = [f.get("k") for f in fibers]
+    if any("d" in f for f in fibers):
+        F["d"] = {str(i): f["d"] for i, f in enumerate(fibers) if "d" in f}
+    return {k: v for k, v in data.items() if k != "fibers"} | {"F": F, "sep": sep, "nf": len(fibers)}
+
+
 def _json(data: dict) -> str:
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = json.dumps(pack(data), separators=(",", ":"), ensure_ascii=False, default=str)
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
