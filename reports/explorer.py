@@ -71,7 +71,7 @@ def fiber_audits(pkg: Any) -> list[str | None]:
     rows = pkg.sql(f"""SELECT audit_id, fp FROM (
             SELECT audit_id, count(*) AS nf, bit_xor(hash(concat_ws('|', {', '.join(parts)}))) AS fp FROM fibers
             GROUP BY audit_id) f {join}
-        ORDER BY {support}, audit_id""").to_pylist()
+        ORDER BY {support + ', ' if support != '0' else ''}audit_id""").to_pylist()
     seen: set = set()
     kept = []
     for r in rows:
