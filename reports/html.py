@@ -94,8 +94,9 @@ class Package:
 # ---------------------------------------------------------------- formatting helpers
 
 def _is_fraction(column: str) -> bool:
-    return (column.endswith(("fraction", "_rate", "_share", "_risk", "prevalence")) or "fraction_p" in column
-            or "_rate_p" in column or column in {"risk_bound", "risk_bound_max", "relative_cost_reduction"})
+    return (column.endswith(("fraction", "_rate", "_share", "_risk", "prevalence")) or "fraction_" in column
+            or "_rate_" in column or "_risk_" in column
+            or column in {"risk_bound", "risk_bound_max", "relative_cost_reduction"})
 
 
 def _cell(column: str, value: object) -> tuple[str, bool]:
