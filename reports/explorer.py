@@ -22,6 +22,7 @@ column is whichever column of the source table matches the members' candidate id
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -371,7 +372,8 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
         tiles: list[list] = [[] for _ in members]
         for j, m in enumerate(members):
             if rdkit and m in smiles_of:
-                key = "s:" + m
+                # one picture per structure: members sharing a SMILES share the depiction
+                key = "s:" + hashlib.sha1(smiles_of[m].encode()).hexdigest()[:12]
                 if key not in pics:
                     svg = depict.depict_smiles(smiles_of[m])
                     if svg:
@@ -611,6 +613,8 @@ if(qs.get('fiber')!==null){state.sel=Math.max(0,Math.min(D.nf-1,(+qs.get('fiber'
 else if(state.audit>=0){state.sel=-1;}
 D.maxN=1;F.n.forEach(function(n){if(n>D.maxN)D.maxN=n;});
 window.addEventListener('hashchange',draw);draw();
+try{new PerformanceObserver(function(l){l.getEntries().forEach(function(e){
+ document.documentElement.setAttribute('data-'+e.name,e.startTime.toFixed(1));});}).observe({type:'paint',buffered:true});}catch(e){}
 })();
 """
 

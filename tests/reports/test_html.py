@@ -176,11 +176,12 @@ def test_the_explorer_holds_every_mixed_fiber_and_member(run: dict) -> None:
     assert "NR-ER = 1, others 0" in {data["S"][e] for e in data["F"]["e"]}
     if depict.rdkit_available():
         assert data["kinds"] == ["molecules"]
-        pictured = {key for tiles in data["F"]["d"].values() for t in tiles for x in t if isinstance(x, list)
-                    for key in [x[0]] if key}
-        first_pages = {m for ms in members for m in ms[:data["page"]]}
-        assert len(pictured) > 0.9 * len(first_pages)   # a depiction for (almost) every first-page member
-        assert all(k.startswith("s:") and k[2:] in first_pages for k in pictured)
+        first_pages = sum(min(n, data["page"]) for n in data["F"]["n"])
+        tiles = [t for member_tiles in data["F"]["d"].values() for t in member_tiles]
+        assert len(tiles) == first_pages
+        pictured = [x[0] for t in tiles for x in t if isinstance(x, list) and x[0]]
+        assert len(pictured) > 0.9 * first_pages        # a depiction for (almost) every first-page member
+        assert all(k in data["pics"] and k.startswith("s:") for k in pictured)
 
 
 def test_report_command_re_renders_by_run_id_spec_or_directory(run: dict, tmp_path: Path) -> None:
