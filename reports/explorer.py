@@ -381,6 +381,7 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
                         used += len(svg)
                 if key in pics:
                     tiles[j].append([key, -1])
+                    used += 8       # the reference costs bytes too: many members may share a few structures
             if m in formula_of:
                 tiles[j].append(intern(formula_of[m]))
                 used += len(formula_of[m]) + 8
@@ -390,7 +391,7 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
                     used += len(pic["px"]) + 24
                 # a caption-only tile is the index of its (interned) caption; with a picture, [key, index]
                 tiles[j].append([key, intern(caption)] if key else intern(caption))
-                used += 6 + (len(key) + 4 if key else 0)
+                used += 6 + (4 if key else 0)
         if any(tiles):
             f["d"] = tiles
     if stopped is not None:
@@ -557,8 +558,8 @@ function member(f,m,j,withTiles){var cv=f.c?f.c.charAt(j):'-';
  li.appendChild(el('span',{cls:'cv',title:'claim value'},cv==='1'?'true':cv==='0'?'false':'?'));
  li.appendChild(el('span',{cls:'id'},m[j]));
  var tiles=withTiles&&f.d?f.d[j]:null;
- if(tiles&&tiles.length){var box=el('div',{cls:'tiles'});for(var k=0;k<tiles.length;k++){var t=tiles[k];if(typeof t==='number')t=[0,t];
-  var p=t[0]?D.pics[t[0]]:null;var cap=t[1]>=0?D.S[t[1]]:'';
+ if(tiles&&tiles.length){var box=el('div',{cls:'tiles'});for(var k=0;k<tiles.length;k++){var t=tiles[k];if(typeof t==='number')t=[-1,t];
+  var p=t[0]>=0?D.pics[t[0]]:null;var cap=t.length>1&&t[1]>=0?D.S[t[1]]:'';
   if(p&&typeof p==='string'){var d=el('div',{cls:'pic'});d.innerHTML=p;box.appendChild(d);if(cap)box.appendChild(el('div',{cls:'tile'},cap));}
   else{var tl=el('div',{cls:'tile'});if(p)tl.appendChild(thumb(p));tl.appendChild(el('div',null,cap));box.appendChild(tl);}}
   li.appendChild(box);}
@@ -634,9 +635,18 @@ def pack(data: dict) -> dict:
         F["g"] = [f.get("g", -1) for f in fibers]
     if data.get("hasKind"):
         F["k"] = [f.get("k") for f in fibers]
+    keys = list(data["pics"])
+    index = {k: i for i, k in enumerate(keys)}
+
+    def tile(t: Any) -> Any:   # caption index, or [picture index] / [picture index, caption index]
+        if not isinstance(t, list):
+            return t
+        return [index[t[0]]] + ([t[1]] if t[1] >= 0 else []) if t[0] else t[1]
+
     if any("d" in f for f in fibers):
-        F["d"] = {str(i): f["d"] for i, f in enumerate(fibers) if "d" in f}
-    return {k: v for k, v in data.items() if k != "fibers"} | {"F": F, "sep": sep, "nf": len(fibers)}
+        F["d"] = {str(i): [[tile(t) for t in member] for member in f["d"]] for i, f in enumerate(fibers) if "d" in f}
+    return ({k: v for k, v in data.items() if k not in ("fibers", "pics")}
+            | {"F": F, "sep": sep, "nf": len(fibers), "pics": [data["pics"][k] for k in keys]})
 
 
 def _json(data: dict) -> str:
