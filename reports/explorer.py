@@ -583,7 +583,7 @@ function draw(){var all=location.hash==='#explorer-all'||/[?&]explorer=all/.test
  D.audits.forEach(function(a,k){var o=el('option',{value:k},a.id+' — '+a.n+' mixed');if(k===state.audit)o.selected=true;sel.appendChild(o);});
  sel.onchange=function(){state.audit=+sel.value;state.fpage=0;state.sel=-1;state.mpage=0;draw();};ctl.appendChild(sel);
  var inp=el('input',{type:'search',placeholder:'filter evidence…',value:state.filter});inp.onchange=function(){state.filter=inp.value.toLowerCase();state.fpage=0;state.sel=-1;draw();};ctl.appendChild(inp);
- if(D.hasKind){var ks=el('select',{'aria-label':'mixed kind'});['','label_noise','incomplete_evidence'].forEach(function(k){var o=el('option',{value:k},k||'every kind');if(k===state.kind)o.selected=true;ks.appendChild(o);});
+ if(D.hasKind){var ks=el('select',{'aria-label':'mixed kind'});[''].concat(D.kindValues||[]).forEach(function(k){var o=el('option',{value:k},k||'every kind');if(k===state.kind)o.selected=true;ks.appendChild(o);});
   ks.onchange=function(){state.kind=ks.value;state.fpage=0;state.sel=-1;draw();};ctl.appendChild(ks);}
  root.appendChild(ctl);
  var list=shown();var FP=D.fiberPage;var fpages=Math.max(1,Math.ceil(list.length/FP));
@@ -633,8 +633,10 @@ def pack(data: dict) -> dict:
     F["m"] = [sep.join(f.get("m", [])) for f in fibers] if sep else [f.get("m", []) for f in fibers]
     if any("g" in f for f in fibers):
         F["g"] = [f.get("g", -1) for f in fibers]
+    extra = {}
     if data.get("hasKind"):
         F["k"] = [f.get("k") for f in fibers]
+        extra["kindValues"] = sorted({k for k in F["k"] if k is not None})
     keys = list(data["pics"])
     index = {k: i for i, k in enumerate(keys)}
 
@@ -646,7 +648,7 @@ def pack(data: dict) -> dict:
     if any("d" in f for f in fibers):
         F["d"] = {str(i): [[tile(t) for t in member] for member in f["d"]] for i, f in enumerate(fibers) if "d" in f}
     return ({k: v for k, v in data.items() if k not in ("fibers", "pics")}
-            | {"F": F, "sep": sep, "nf": len(fibers), "pics": [data["pics"][k] for k in keys]})
+            | {"F": F, "sep": sep, "nf": len(fibers), "pics": [data["pics"][k] for k in keys]} | extra)
 
 
 def _json(data: dict) -> str:

@@ -92,3 +92,14 @@ def test_comparison_refuses_a_damaged_package(tmp_path: Path) -> None:
     (b / "fibers.parquet").write_bytes(b"PAR1 broken")
     with pytest.raises(Exception, match="fibers.parquet"):
         render_comparison(a, b)
+
+
+def test_report_explorer_shows_the_mixed_kind_split(tmp_path: Path) -> None:
+    from dcaudit.reports.html import render_report
+
+    package = write_package(tmp_path / "p", "p1", _tables(["ambiguous", "ambiguous", "certified_false"]),
+                            {"spec": "toy"})
+    html = render_report(package)
+    data = __import__("json").loads(re.search(r'id="dc-explorer-data">(.*?)</script>', html, re.S).group(1))
+    assert data["hasKind"] and data["kindValues"] == ["incomplete_evidence", "label_noise"]
+    assert data["F"]["k"] == ["incomplete_evidence", "label_noise"]
