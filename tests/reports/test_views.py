@@ -103,3 +103,21 @@ def test_report_explorer_shows_the_mixed_kind_split(tmp_path: Path) -> None:
     data = __import__("json").loads(re.search(r'id="dc-explorer-data">(.*?)</script>', html, re.S).group(1))
     assert data["hasKind"] and data["kindValues"] == ["incomplete_evidence", "label_noise"]
     assert data["F"]["k"] == ["incomplete_evidence", "label_noise"]
+
+
+def test_materials_members_show_their_reduced_formula(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from dcaudit.reports.html import render_report
+
+    tables = _tables(["ambiguous", "ambiguous"])
+    ids = tables["candidates"].column("candidate_id").to_pylist()
+    pq.write_table(pa.table({"mbid": ids, "composition": ["Fe2O3"] * len(ids),
+                             "reduced_formula": [f"Fe{i}O" for i in range(len(ids))]}), tmp_path / "mp_gap.parquet")
+    package = write_package(tmp_path / "p", "p1", tables, {"spec": "toy", "sources": [
+        {"table": "mp_gap", "path": str(tmp_path / "mp_gap.parquet")}]})
+    data = __import__("json").loads(re.search(r'id="dc-explorer-data">(.*?)</script>', render_report(package),
+                                              re.S).group(1))
+    assert data["kinds"] == ["formulas"]
+    first = data["F"]["d"]["0"]
+    assert [data["S"][t[0]] for t in first] == [f"Fe{i}O" for i in range(6)]     # joined on mbid, not position
