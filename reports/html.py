@@ -196,10 +196,6 @@ def _section_summary(pkg: Package) -> str:
     return "".join(parts)
 
 
-def _evidence_label_sql(pkg: Package) -> str:
-    return "evidence_key" if "evidence_key" in pkg.cols("fibers") else "CAST(fiber_key AS VARCHAR)"
-
-
 def _section_fibers(pkg: Package, data: dict | None = None) -> str:
     if not pkg.has("fibers", "n"):
         return ""

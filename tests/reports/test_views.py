@@ -121,3 +121,19 @@ def test_materials_members_show_their_reduced_formula(tmp_path: Path) -> None:
     assert data["kinds"] == ["formulas"]
     first = data["F"]["d"]["0"]
     assert [data["S"][t[0]] for t in first] == [f"Fe{i}O" for i in range(6)]     # joined on mbid, not position
+
+
+def test_sensitivity_is_charted_against_the_resolution(tmp_path: Path) -> None:
+    from dcaudit.reports.html import render_report
+
+    rules = ["quantile:5", "quantile:10", "quantile:20", "knn:25", "knn:50"]
+    rows = [{"source": "toy", "audit_id": "s1", "model": m, "fiber_rule": r, "rule_kind": r.split(":")[0],
+             "n_candidates": 100, "certified_fraction": c, "ambiguous_fraction": 1 - c - 0.1,
+             "unsupported_fraction": 0.1}
+            for m, shift in (("m1", 0.0), ("m2", 0.1)) for r, c in zip(rules, (0.1, 0.2, 0.3, 0.2, 0.1), strict=True)
+            for c in [c + shift]]
+    package = write_package(tmp_path / "p", "p1", {"sensitivity": pa.Table.from_pylist(rows)}, {"spec": "toy"})
+    html = render_report(package)
+    assert html.count('data-chart="sensitivity"') == 2                 # one per kind of rule
+    assert len(re.findall(r'id="c[0-9a-f]+-band-\d+"', html)) == 4      # certified and ambiguous, range over models
+    assert "quantile bins (k)" in html and "neighbours (k)" in html
