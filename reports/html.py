@@ -29,7 +29,8 @@ MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file h
 MAX_BARS = 40          # bars in one chart
 MAX_CHARTS = 6         # charts of one kind (e.g. one completion chart per audit)
 STATUS_ORDER = ("certified_true", "certified_false", "ambiguous", "unsupported")
-REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire", "price_aware",
+                   "price_aware_conservative")
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -351,6 +352,54 @@ def _section_replay(pkg: Package) -> str:
     return "".join(parts)
 
 
+def _section_costs(pkg: Package) -> str:
+    """Cost per candidate against the price of a measurement, per policy (mean over seeds, band p10–p90)."""
+    if not pkg.has("costs", "policy", "price", "cost_per_candidate"):
+        return ""
+    cols = pkg.cols("costs")
+    mean = "seed IS NULL" if "seed" in cols else "TRUE"
+    keys = _present(pkg, "costs", ("audit_id", "model", "certification", "mode"))
+    label = _label_expr(pkg, "costs", keys)
+    groups = pkg.sql(f"SELECT DISTINCT {label} AS g FROM costs WHERE {mean} ORDER BY g").column(0).to_pylist()
+    band = {"cost_per_candidate_p10", "cost_per_candidate_p90"} <= cols
+    parts = ["<h2 id='costs'>Costs at a price</h2>",
+             '<p class="note">Cost per candidate (false decisions plus price × measurements, in units of one false '
+             "decision) against the price of one measurement, per policy: mean over seeds, band p10–p90. The "
+             "cheapest policy at a price is the one to act with.</p>"]
+    figs = []
+    for g in groups[:MAX_CHARTS]:
+        rows = pkg.sql("SELECT policy, list(price ORDER BY price) AS x, list(cost_per_candidate ORDER BY price) AS y"
+                       + (", list(cost_per_candidate_p10 ORDER BY price) AS lo, "
+                          "list(cost_per_candidate_p90 ORDER BY price) AS hi" if band else "")
+                       + f" FROM costs WHERE {mean} AND {label} = {explorer.lit(g)} GROUP BY policy "
+                       f"ORDER BY list_position({list(REPLAY_POLICIES)}, policy), policy").to_pylist()
+        figs.append(charts.line_chart(
+            [charts.Series(r["policy"], tuple(r["x"]), tuple(r["y"]), tuple(r["lo"]) if band else None,
+                           tuple(r["hi"]) if band else None) for r in rows],
+            title=f"Cost per candidate — {g}", x_label="price per measurement (in false decisions)",
+            y_label="cost per candidate", percent=False, log_x=True, kind="costs"))
+    parts.append('<div class="figs">' + "".join(figs) + "</div>")
+    wanted = ("audit_id", "model", "certification", "mode", "policy", "price", "n_seeds", "cost_per_candidate",
+              "cost_per_candidate_p10", "cost_per_candidate_p90", "measured_fraction", "false_rate", "cheapest",
+              "best_baseline", "diff_vs_best", "diff_low", "diff_high")
+    parts.append(html_table(_select(pkg, "costs", wanted, mean, ", ".join([*keys, "price", "policy"]))))
+    return "".join(parts)
+
+
+def _section_findings(pkg: Package) -> str:
+    if not pkg.has("findings"):
+        return ""
+    cols = pkg.cols("findings")
+    parts = ["<h2 id='findings'>Findings</h2>",
+             '<p class="note">Rows the inputs raised a flag on (kept, never dropped silently): bad rows, duplicates, '
+             "conflicting records, leaks.</p>"]
+    if "kind" in cols:
+        parts.append(html_table(pkg.sql("SELECT kind, count(*) AS rows FROM findings GROUP BY kind "
+                                        "ORDER BY rows DESC, kind")))
+    parts.append(html_table(pkg.table("findings"), total=pkg.rows["findings"]))
+    return "".join(parts)
+
+
 def _resolution(rule: str | None) -> float | None:
     """The number in a fiber rule (``quantile:20`` -> 20, ``window:0.042`` -> 0.042)."""
     try:
@@ -493,8 +542,9 @@ def _section_provenance(pkg: Package) -> str:
 
 
 SECTIONS: tuple[Callable[[Package], str], ...] = (
-    _section_summary, _section_fibers, _section_candidates, _section_completion, _section_replay,
-    _section_sensitivity, _section_choice, _section_metrics, _section_other, _section_provenance)
+    _section_summary, _section_fibers, _section_candidates, _section_findings, _section_completion,
+    _section_replay, _section_costs, _section_sensitivity, _section_choice, _section_metrics, _section_other,
+    _section_provenance)
 
 
 def page(title: str, subtitle: str, body: Iterable[str], nav: Sequence[str] = ()) -> str:

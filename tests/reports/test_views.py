@@ -137,3 +137,21 @@ def test_sensitivity_is_charted_against_the_resolution(tmp_path: Path) -> None:
     assert html.count('data-chart="sensitivity"') == 2                 # one per kind of rule
     assert len(re.findall(r'id="c[0-9a-f]+-band-\d+"', html)) == 4      # certified and ambiguous, range over models
     assert "quantile bins (k)" in html and "neighbours (k)" in html
+
+
+def test_costs_and_findings_get_sections(tmp_path: Path) -> None:
+    from dcaudit.reports.html import render_report
+
+    prices = [0.001, 0.01, 0.1]
+    costs = pa.Table.from_pylist([
+        {"audit_id": "a1", "policy": p, "price": x, "seed": None, "cost_per_candidate": c * x + 0.01,
+         "cost_per_candidate_p10": c * x, "cost_per_candidate_p90": c * x + 0.02, "cheapest": p == "price_aware"}
+        for p, c in (("certify_then_acquire", 1.0), ("price_aware", 0.1)) for x in prices])
+    findings = pa.table({"source": ["toy"] * 3, "file": ["t.csv"] * 3, "row": [1, 2, 3],
+                         "kind": ["invalid_smiles", "structure_duplicate", "invalid_smiles"],
+                         "detail": ["x", "y", "z"], "candidate_id": ["m1", "m2", "m3"]})
+    package = write_package(tmp_path / "p", "p1", {"costs": costs, "findings": findings}, {"spec": "toy"})
+    html = render_report(package)
+    assert "id='costs'" in html and html.count('data-chart="costs"') == 1
+    assert len(re.findall(r'id="c[0-9a-f]+-series-\d+"', html)) == 2
+    assert "id='findings'" in html and "invalid_smiles" in html
