@@ -98,13 +98,17 @@ def _plot(pkg) -> str:  # noqa: ANN001 - html.Package
 
 def render_html(tables: Mapping[str, pa.Table], *, title: str, notes: Sequence[str] = (),
                 smiles: Mapping[str, str] | None = None) -> str:
-    """An HTML fragment of the result in ``tables`` (name -> Arrow table of the package schema).
+    """An HTML fragment of the result in ``tables`` (name -> Arrow table of the package schema; polars
+    frames are converted with ``.to_arrow()``), e.g. ``render_html(result.tables, title=...)``.
 
     ``smiles``: candidate id -> SMILES, for structure depictions of the members shown (needs RDKit).
     """
     from dcaudit.reports.html import Package
 
-    pkg = Package(None, tables={k: v for k, v in tables.items() if isinstance(v, pa.Table)})
+    # Arrow tables, or anything with .to_arrow() (the API's polars frames)
+    arrow = {k: v if isinstance(v, pa.Table) else v.to_arrow() for k, v in tables.items()
+             if isinstance(v, pa.Table) or hasattr(v, "to_arrow")}
+    pkg = Package(None, tables=arrow)
     try:
         data = explorer.explorer_data(pkg, smiles=smiles, page=MAX_MEMBERS, member_budget=200_000,
                                       picture_budget=400_000) if pkg.has("fibers", "n", "status") else None

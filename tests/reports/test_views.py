@@ -61,6 +61,13 @@ def test_notebook_fragment_has_summary_fibers_members_and_a_plot() -> None:
         assert html.count("<li class=\"member cv1\"><svg") + html.count("<li class=\"member cv0\"><svg") == 3
 
 
+def test_notebook_fragment_from_polars_frames() -> None:
+    pl = pytest.importorskip("polars")
+    tables = _tables(["ambiguous", "certified_false"])
+    html = render_html({k: pl.from_arrow(v) for k, v in tables.items()}, title="polars")
+    assert html == render_html(tables, title="polars")
+
+
 def test_notebook_fragment_from_partial_tables() -> None:
     tables = _tables(["certified_false", "certified_true"])
     html = render_html({"summary": tables["summary"]}, title="only a summary")
