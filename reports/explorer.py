@@ -395,8 +395,9 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
         if any(tiles):
             f["d"] = tiles
     if stopped is not None:
-        data["notes"].append(f"pictures are shown for the first page of the {stopped} largest fibers (the "
-                             f"report's picture budget is {picture_budget / 1e6:.1f} MB)")
+        data["notes"].append(f"member details (structures, images, predictions) are shown for the first page "
+                             f"of the {stopped} largest fibers (the report's picture budget is "
+                             f"{picture_budget / 1e6:.1f} MB)")
     kinds = set()
     if any(k.startswith("s:") for k in pics):
         kinds.add("molecules")
