@@ -293,7 +293,7 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
     data["listed"], data["members"] = listed, total
     if listed < total:
         data["notes"].append(f"{listed} of the {total} members are listed (at least {min(caps)} per fiber, a "
-                             "full first page for the first fibers, claim-true members first; the report's member "
+                             "full first page for the largest fibers, claim-true members first; the report's member "
                              "budget is "
                              f"{member_budget / 1e6:.1f} MB); candidates.parquet has all of them: select * from "
                              "candidates where audit_id = … and fiber_key = …")
