@@ -518,19 +518,31 @@ def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
 @cli.command()
 @click.argument("run", metavar="RUN")
 @click.option("--out", type=click.Path(path_type=Path), help="Write the HTML here instead of <package>/report.html.")
+@click.option("--compare", "compare_to", metavar="RUN_B",
+              help="Instead, write what moved from RUN to RUN_B (per audit, fibers that changed status, replay) "
+                   "to --out or <package>/compare-<RUN_B run id>.html.")
 @click.pass_obj
-def report(settings: Settings, run: str, out: Path | None) -> None:
+def report(settings: Settings, run: str, out: Path | None, compare_to: str | None) -> None:
     """Re-render report.html for RUN (a run id, a spec name for its latest run, or a package directory).
 
-    The report is self-contained (inline SVG, no scripts or external URLs) and opens offline. A damaged
-    package file is named (its sha256 differs from the one manifest.json recorded) and the exit status is 2.
-    Prints the path of the report.
+    The report is self-contained (inline SVG charts and one inline script, nothing loaded from anywhere)
+    and opens offline. A damaged package file is named (its sha256 differs from the one manifest.json
+    recorded) and the exit status is 2. Prints the path of the report.
     """
     from dcaudit.catalog import Catalog
     from dcaudit.reports.html import write_report
 
-    path = Path(run)
-    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
+    def resolve(name: str) -> Path:
+        path = Path(name)
+        return path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(name)
+
+    run_dir = resolve(run)
+    if compare_to:
+        from dcaudit.reports.compare import write_comparison
+
+        other = resolve(compare_to)
+        click.echo(str(write_comparison(run_dir, other, out or run_dir / f"compare-{other.name}.html")))
+        return
     click.echo(str(write_report(run_dir, out)))
 
 
