@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# The tables of DESIGN §4, in the order a reader meets them.
+# The tables of docs/package.md, in the order a reader meets them.
 PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
                   "metrics", "sensitivity")
 CATALOG_TABLES = PACKAGE_TABLES          # one view per package table in catalog.duckdb
