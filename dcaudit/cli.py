@@ -19,7 +19,7 @@ from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
-from dcaudit.errors import DcauditError
+from dcaudit.errors import DcauditError, RunInterrupted
 
 if TYPE_CHECKING:
     pass
@@ -44,6 +44,9 @@ class _Group(click.Group):
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except RunInterrupted as exc:  # SIGTERM / SIGINT during a run, already recorded as failed
+            click.secho(f"interrupted: {exc}", fg="red", err=True)
+            sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.secho("interrupted", fg="red", err=True)
             sys.exit(130)
