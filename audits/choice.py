@@ -1,4 +1,4 @@
-"""Model choice: the model a leaderboard score picks versus the model certification picks (DESIGN §4, choice).
+"""Model choice: the model a leaderboard score picks versus the model certification picks (docs/package.md).
 
 For every replay seed, two choices among the models of a per-model error-window replay:
 
@@ -25,14 +25,11 @@ import pyarrow as pa
 
 from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_windows
-from dcaudit.claims import Claim, check_columns, quote_identifier
+from dcaudit.claims import Claim, check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
 
 METRICS = {"mae": "avg(abs({x} - {r}))", "rmse": "sqrt(avg(({x} - {r}) ^ 2))"}
 
-
-def _lit(value: object) -> str:
-    return "NULL::VARCHAR" if value is None else "'" + str(value).replace("'", "''") + "'"
 
 
 def benchmark_metric_sql(relation: str, *, model_column: str, prediction: str, reference: str,
@@ -63,8 +60,8 @@ def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: st
     bench = benchmark_metric_sql(relation, model_column=model_column, prediction=window.column,
                                  reference=window.reference, metric=metric)
     con.register("_choice_replay", replay)
-    head = (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, {_lit(claim.text)} AS claim, "
-            f"{_lit(metric)} AS metric, {_lit('window:' + str(window.tolerance))} AS fiber_rule")
+    head = (f"{sql_literal(labels.source)} AS source, {sql_literal(labels.audit_id)} AS audit_id, {sql_literal(claim.text)} AS claim, "
+            f"{sql_literal(metric)} AS metric, {sql_literal('window:' + str(window.tolerance))} AS fiber_rule")
     try:
         con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _choice AS
@@ -115,8 +112,8 @@ def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: st
                    any_value(false_rate_certified) FILTER (WHERE rank_by_certification = 1) AS err_c
             FROM _choice GROUP BY seed
         )
-        SELECT {_lit(labels.source)} AS source, {_lit(labels.audit_id + ':choice')} AS experiment,
-               {_lit(claim.text)} AS claim, metric, value, NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high
+        SELECT {sql_literal(labels.source)} AS source, {sql_literal(labels.audit_id + ':choice')} AS experiment,
+               {sql_literal(claim.text)} AS claim, metric, value, NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high
         FROM (SELECT
                 avg(CAST(by_benchmark <> by_certification AS DOUBLE)) AS choice_changed_fraction,
                 avg(cf_b) AS benchmark_choice_certified_fraction,

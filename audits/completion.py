@@ -9,7 +9,7 @@ frozen; the result is scored on the held-out **test** split:
 * a *false decision* is a certified test candidate whose claim value differs from that label;
 * test candidates in unseen, unsupported or mixed calibration fibers are ambiguous (not decided).
 
-Policies (DESIGN §4): ``response_rank`` (largest calibration certified fraction after adding the
+Policies (docs/package.md): ``response_rank`` (largest calibration certified fraction after adding the
 probe), ``uncertainty`` (highest label entropy of the probe on calibration), ``diversity`` (lowest
 mean |Pearson r| with the measured columns), ``benchmark_aligned`` (highest mean |r|), ``random``
 (``random_draws`` random orders per seed) and ``oracle`` (most correct certified decisions on *test*:
@@ -21,7 +21,7 @@ probes when no prices are given); with a ``budget`` the result holds the budgete
 modal probe order over seeds, frozen on calibration, cut before it exceeds the budget — and
 ``within_budget`` marks the rows whose cumulative cost fits.
 
-Refinement (DESIGN §7): a probe only splits fibers, and the parts of a pure fiber stay pure. With
+Refinement (docs/reference.md): a probe only splits fibers, and the parts of a pure fiber stay pure. With
 ``refinement = "mixed"`` (the default) a candidate whose fiber is certified keeps its decision —
 it needs no further measurement — and every step re-examines only the candidates of mixed
 calibration fibers: pure fibers below ``min_support`` only split into smaller pure fibers, unseen
@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
-from dcaudit.claims import Claim, check_columns, parse_claim
+from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
 
@@ -164,7 +164,7 @@ class CompletionConfig:
 
 @dataclass(frozen=True)
 class CompletionResult:
-    table: pa.Table                       # completion rows (DESIGN §4)
+    table: pa.Table                       # completion rows (docs/package.md)
     recommended_probe: str | None         # response_rank's modal first choice
     recommended_share: float | None       # in what fraction of seeds it was chosen first
     n_candidates: int                     # complete cases over evidence + probes + claim
@@ -187,11 +187,6 @@ def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
     return (f"(hash(hash(CAST({id_sql} AS VARCHAR)), CAST({seed_sql} AS BIGINT)) "
             f"% {_SPLIT_BUCKETS}) < {threshold}")
 
-
-def _lit(value: object) -> str:
-    if value is None:
-        return "NULL::VARCHAR"
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _probe_case(m: int, q: str, prefix: str) -> str:
@@ -308,7 +303,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
         raise InputError(f"seed {short[0][0]}: the {n_cand} complete cases give {short[0][1]} calibration and "
                          f"{short[0][2]} test candidates; both splits need candidates", file=relation)
     # pw = radix ** q: probe q's code in vb is (vb // pw) % radix.
-    names = ", ".join(f"({j}, {_lit(p)}, {radix ** j if packed_probes else 0}, {config.cost_of(p)!r})"
+    names = ", ".join(f"({j}, {sql_literal(p)}, {radix ** j if packed_probes else 0}, {config.cost_of(p)!r})"
                       for j, p in enumerate(config.probes))
     con.execute(f"CREATE TEMP TABLE {t}probes AS SELECT CAST(q AS INTEGER) AS q, probe, CAST(pw AS BIGINT) AS pw, "
                 f"CAST(cost AS DOUBLE) AS cost FROM (VALUES {names}) v(q, probe, pw, cost)")
@@ -356,7 +351,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
 
     # One track per (policy, seed), random_draws tracks per seed for random.
     track_rows = " UNION ALL ".join(
-        f"SELECT {_lit(p)} AS policy, seed, CAST(d.range AS INTEGER) AS draw, CAST(0 AS BIGINT) AS node, "
+        f"SELECT {sql_literal(p)} AS policy, seed, CAST(d.range AS INTEGER) AS draw, CAST(0 AS BIGINT) AS node, "
         f"CAST(0 AS BIGINT) AS used FROM {t}sn, range({config.random_draws if p == 'random' else 1}) d"
         for p in config.policies)
     con.execute(f"CREATE TEMP TABLE {t}tracks AS {track_rows}")
@@ -499,7 +494,7 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
         {'SELECT policy, seed, draw, first(q ORDER BY score DESC, q) AS q FROM (' + ' UNION ALL '.join(scores)
          + ') GROUP BY ALL' if scores else empty + ' WHERE FALSE'}""")
     # 2. The children to refine: every unused probe of fiber-scored tracks, the chosen one of the others.
-    fiber_scored = ", ".join(_lit(p) for p in _FIBER_SCORED)
+    fiber_scored = ", ".join(sql_literal(p) for p in _FIBER_SCORED)
     # A child (node, probe) is numbered densely from next_node, so node numbers never overflow (a
     # code like node * (m + 1) + q + 1 exceeds 64 bits after 14 steps of 20 probes); tracks that
     # share a prefix share its node, in every seed.
@@ -546,7 +541,7 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
             {unused} JOIN {t}req r ON r.seed = k.seed AND r.node = k.node AND r.q = p.q
             JOIN {t}nst s ON s.seed = k.seed AND s.node = r.child
             JOIN {t}nst par ON par.seed = k.seed AND par.node = k.node
-            WHERE k.policy IN ({', '.join(_lit(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
+            WHERE k.policy IN ({', '.join(sql_literal(p) for p in fs)}) GROUP BY k.policy, k.seed, k.draw""")
     # 5. Advance every track; remember its node; keep the active candidates of the nodes reached.
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}tracks AS
         SELECT k.policy, k.seed, k.draw, r.child AS node, k.used | (CAST(1 AS BIGINT) << c.q) AS used
@@ -563,11 +558,11 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
 
 def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, claim: Claim,
               config: CompletionConfig, source: str, audit_id: str | None, n_cand: int, n_excluded: int) -> pa.Table:
-    head = (f"{_lit(source)} AS source, {_lit(audit_id)} AS audit_id, {_lit(claim.text)} AS claim, "
-            f"{_lit(evidence.label)} AS evidence, {_lit(','.join(config.probes))} AS probes, "
-            f"{_lit(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
+    head = (f"{sql_literal(source)} AS source, {sql_literal(audit_id)} AS audit_id, {sql_literal(claim.text)} AS claim, "
+            f"{sql_literal(evidence.label)} AS evidence, {sql_literal(','.join(config.probes))} AS probes, "
+            f"{sql_literal(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
             f"{float(config.calibration_fraction)!r} AS calibration_fraction, "
-            f"{_lit(config.refinement)} AS refinement, {_lit(config.tie_break)} AS tie_break")
+            f"{sql_literal(config.refinement)} AS refinement, {sql_literal(config.tie_break)} AS tie_break")
     order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(ALL_POLICIES)) + " END"
     within = ("NULL::BOOLEAN" if config.budget is None
               else f"cumulative_cost <= {float(config.budget)!r} + 1e-12")

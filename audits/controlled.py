@@ -2,19 +2,19 @@
 
 A candidate is a hidden system vector x; every response is a linear functional k·x. The benchmark
 measures the probes B (rows); it determines exactly the part of x in span(B), so a deployment
-probe k* is determined only up to its residual r* = (I − P_B)k*, of size g = ‖r*‖ (PAPER-NOTES §1.3).
+probe k* is determined only up to its residual r* = (I − P_B)k*, of size g = ‖r*‖ (docs/reference.md).
 If an admissible radius R_c bounds the unmeasured part of x, |k*·x − ŷ| ≤ R_c·g with ŷ = k*·P_B x
 (Cauchy–Schwarz), so the interval ŷ ± R_c·g is a sound certificate: ``certified_true`` when it lies
 above τ, ``certified_false`` when it lies at or below τ, ``ambiguous`` when it straddles τ.
 
-Three experiments (DESIGN §6), each a pure function of its config returning evidence-package tables:
+Three experiments (docs/reference.md), each a pure function of its config returning evidence-package tables:
 
 * :func:`conformal_experiment` — a conformal interval calibrated on the benchmark channel covers
   ~95 % there and ~10 % on the deployment channel; ŷ ± 2g covers ~95 % (metrics table);
 * :func:`leaderboard_experiment` — the best-MAE model can be the worst certifier (choice + metrics);
 * :func:`acquisition_experiment` — residual-greedy probe choice completes fastest (completion + metrics).
 
-Randomness follows the paper's seeds (PAPER-NOTES §9) with ``numpy.random.default_rng``; draws are
+Randomness follows the paper's seeds (docs/reference.md) with ``numpy.random.default_rng``; draws are
 made per seed (each seed owns its stream, as in the protocol) and all linear algebra is batched over
 seeds, models and candidates.
 """
@@ -83,7 +83,7 @@ def status_names(codes: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------------- shared geometry
 
 def benchmark_probes(rng: np.random.Generator, d: int = 8) -> np.ndarray:
-    """The four benchmark probes of PAPER-NOTES §2.1: e1, e2, 0.6e1+0.8e2, 0.4e2+0.9e3 plus noise.
+    """The four benchmark probes of the paper (docs/reference.md): e1, e2, 0.6e1+0.8e2, 0.4e2+0.9e3 plus noise.
 
     The third is nearly dependent on the first two, so the span's fourth direction is set by the
     noise: a random direction in e4…e8 that sometimes swallows much of a deployment residual (this
@@ -96,7 +96,7 @@ def benchmark_probes(rng: np.random.Generator, d: int = 8) -> np.ndarray:
 
 
 def high_residual_probes(d: int = 8) -> np.ndarray:
-    """The three 'high-residual' deployment probes (PAPER-NOTES §2.1), unit norm, no noise."""
+    """The three 'high-residual' deployment probes (docs/reference.md), unit norm, no noise."""
     e = np.eye(d)
     return unit_rows(np.array([0.90 * e[5] + 0.30 * e[0] + 0.15 * e[1],
                                0.88 * e[6] + 0.28 * e[1] + 0.14 * e[2],
@@ -104,7 +104,7 @@ def high_residual_probes(d: int = 8) -> np.ndarray:
 
 
 def deployment_probes(d: int = 8) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Ten deployment probes in three residual groups (PAPER-NOTES §2.2), unit norm.
+    """Ten deployment probes in three residual groups (docs/reference.md), unit norm.
 
     The notes give only the high group exactly; the in-span and '≈0.70' groups are our
     reconstruction (in-span: combinations of e1..e3; ≈0.70: half e4 or e5, half an in-span axis).
@@ -188,7 +188,7 @@ class ConformalRuns:
 
 
 def conformal_runs(cfg: ConformalConfig) -> ConformalRuns:
-    """Split conformal on the benchmark channel, applied to the deployment channel (PAPER-NOTES §2.1).
+    """Split conformal on the benchmark channel, applied to the deployment channel (docs/reference.md).
 
     The model sees only x·P_B; least squares fits the benchmark label y_b = x·b₁ + ε and the
     deployment label y_d = x·k* + ε on the training split. Benchmark-calibrated quantile q_b:
@@ -274,7 +274,7 @@ class LeaderboardRuns:
 
 
 def leaderboard_runs(cfg: LeaderboardConfig, setting: str) -> LeaderboardRuns:
-    """Five models whose benchmark spans have ranks 3…8 shortlist their top-k (PAPER-NOTES §2.5).
+    """Five models whose benchmark spans have ranks 3…8 shortlist their top-k (docs/reference.md).
 
     Model i measures probes e_j + (0.03 + 0.01 i)·N (j < rank), its candidate score is x·P k* + noise
     and its benchmark prediction x·P b₀ + noise, b₀ its first probe (in its span, so the MAE is the
@@ -547,7 +547,7 @@ class AcquisitionRuns:
 
 
 def acquisition_runs(cfg: AcquisitionConfig) -> AcquisitionRuns:
-    """Residual-greedy vs uncertainty / diversity / benchmark-aligned / random (PAPER-NOTES §6.1)."""
+    """Residual-greedy vs uncertainty / diversity / benchmark-aligned / random (docs/reference.md)."""
     geo = acquisition_geometry(cfg)
     orders = {p: greedy_order(p, geo.bench, geo.deploy, geo.pool, cfg.steps) for p in POLICIES if p != "random"}
     seeds = cfg.random_seed + np.arange(cfg.random_trials)
@@ -603,7 +603,7 @@ def _completion_table(runs: AcquisitionRuns, cfg: AcquisitionConfig) -> pa.Table
 
 
 def _radius_rows(runs: AcquisitionRuns, cfg: AcquisitionConfig, step: int = 3) -> list[dict]:
-    """Certified fraction after ``step`` probes with R_c scaled (PAPER-NOTES §6.1 radius sensitivity)."""
+    """Certified fraction after ``step`` probes with R_c scaled (docs/reference.md radius sensitivity)."""
     geo = runs.geometry
     worst = {"none": runs.g_max["response_rank"][0], **{p: runs.g_max[p][..., step] for p in POLICIES}}
     rows = []

@@ -1,6 +1,6 @@
 """Evidence maps: how a candidate's benchmark observables become a fiber key, computed in DuckDB SQL.
 
-Fiber rules, in the CLI's notation (DESIGN §4):
+Fiber rules, in the CLI's notation (docs/package.md):
 
 * ``exact``        identical values of every evidence column;
 * ``quantile:K``   K equal-count bins per numeric column (cut points deduplicated, bins ``(lo, hi]``);

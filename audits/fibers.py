@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
-from dcaudit.claims import Claim, Node, quote_identifier, value_kind
+from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message
 
@@ -47,7 +47,7 @@ class FiberAudit:
 
 
 def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
-    """The summary row's counts and fractions (DESIGN §4) from per-audit totals; shared by every audit
+    """The summary row's counts and fractions (docs/package.md) from per-audit totals; shared by every audit
     that builds summary rows (fibers here, the vision audit over many split x model groups at once)."""
     return f"""CAST(n_candidates AS BIGINT) AS n_candidates, CAST({n_excluded} AS BIGINT) AS n_excluded,
             CAST(n_fibers AS BIGINT) AS n_fibers, CAST(n_mixed_fibers AS BIGINT) AS n_mixed_fibers,
@@ -80,20 +80,15 @@ def status_sql(n: str, n_true: str, min_support: int) -> str:
     )
 
 
-def _lit(value: object) -> str:
-    if value is None:
-        return "NULL::VARCHAR"
-    return "'" + str(value).replace("'", "''") + "'"
-
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "BOOLEAN")
 _PACK_LIMIT = 2**62
 
 
 def _head(labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> str:
-    return (f"{_lit(labels.source)} AS source, {_lit(labels.audit_id)} AS audit_id, "
-            f"{_lit(claim.text)} AS claim, {_lit(evidence.label)} AS evidence, "
-            f"{_lit(str(evidence.rule))} AS fiber_rule, {_lit(labels.model)} AS model")
+    return (f"{sql_literal(labels.source)} AS source, {sql_literal(labels.audit_id)} AS audit_id, "
+            f"{sql_literal(claim.text)} AS claim, {sql_literal(evidence.label)} AS evidence, "
+            f"{sql_literal(str(evidence.rule))} AS fiber_rule, {sql_literal(labels.model)} AS model")
 
 
 def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evidence: EvidenceMap,

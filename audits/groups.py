@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
-from dcaudit.claims import check_columns, quote_identifier
+from dcaudit.claims import check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
 from dcaudit.storage import concat
 
@@ -41,9 +41,6 @@ SPREAD = (
     ("median_fiber_size", "median(median_fiber_size)"),
 )
 
-
-def _lit(value: object) -> str:
-    return "NULL::VARCHAR" if value is None else "'" + str(value).replace("'", "''") + "'"
 
 
 def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
@@ -67,12 +64,12 @@ def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
 
 
 def spread_metrics(con: duckdb.DuckDBPyConnection, summary: pa.Table, *, experiment: str) -> pa.Table:
-    """Statistics across the per-group summary rows, long format (DESIGN §4 metrics)."""
+    """Statistics across the per-group summary rows, long format (docs/package.md, metrics)."""
     con.register("_grp_summary", summary)
     try:
         selects = " UNION ALL ".join(
-            f"SELECT any_value(source) AS source, {_lit(experiment)} AS experiment, any_value(claim) AS claim, "
-            f"any_value(fiber_rule) AS fiber_rule, any_value(min_support) AS min_support, {_lit(name)} AS metric, "
+            f"SELECT any_value(source) AS source, {sql_literal(experiment)} AS experiment, any_value(claim) AS claim, "
+            f"any_value(fiber_rule) AS fiber_rule, any_value(min_support) AS min_support, {sql_literal(name)} AS metric, "
             f"CAST({agg} AS DOUBLE) AS value, NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high FROM _grp_summary"
             for name, agg in SPREAD)
         return con.sql(selects).to_arrow_table()
@@ -90,7 +87,7 @@ def audit_per_group(ctx: Any, task: Any, *, with_candidates: bool = True) -> dic
     for value in values:  # one audit per model: each model's predictions get their own quantile cuts
         sub = f"_grp_{task.audit_id}".replace("-", "_")
         ctx.con.execute(f"CREATE OR REPLACE TEMP VIEW {quote_identifier(sub)} AS "
-                        f"SELECT * FROM {view} WHERE CAST({q} AS VARCHAR) = {_lit(value)}")
+                        f"SELECT * FROM {view} WHERE CAST({q} AS VARCHAR) = {sql_literal(value)}")
         result = audit_fibers(ctx.con, quote_identifier(sub), id_column=ctx.spec.id_column,
                               evidence=task.evidence, claim=task.claim, min_support=task.min_support,
                               labels=AuditLabels(ctx.source, task.audit_id, model=value),

@@ -1,4 +1,4 @@
-"""Held-out certify-then-acquire replays: what acting on the evidence would cost (DESIGN §1, §4).
+"""Held-out certify-then-acquire replays: what acting on the evidence would cost (docs/reference.md, docs/package.md).
 
 For each of S seeds the candidates are split into calibration and test by a hash of
 (candidate id, seed), so every seed runs in the same SQL pass (the seed is a column from
@@ -15,7 +15,7 @@ For each of S seeds the candidates are split into calibration and test by a hash
   α (per seed; for windows per model × seed). See :mod:`dcaudit.audits.price`.
 
 Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
-under four policies (names as in DESIGN §4):
+under four policies (names as in docs/package.md):
 
 * ``fiber_majority``  — the benchmark-only action: the calibration majority of the candidate's fiber
   (a strict majority of trues is needed for ``true``); unseen fiber -> the global majority;
@@ -89,7 +89,7 @@ from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
 from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
-from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
+from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 
@@ -185,15 +185,6 @@ class WindowSpec:
 
 # ---------------------------------------------------------------------------------------------------
 # SQL building blocks.
-
-def _lit(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float):
-        return repr(float(value)) if isinstance(value, float) else str(value)
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)
@@ -521,7 +512,7 @@ def split_counts(h: np.ndarray, group: np.ndarray, n_groups: int, seeds: np.ndar
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """A replay's two tables: ``replay`` (policy × seed, as in DESIGN §4) and ``costs`` (policy × price × seed)."""
+    """A replay's two tables: ``replay`` (policy × seed, as in docs/package.md) and ``costs`` (policy × price × seed)."""
 
     replay: pa.Table
     costs: pa.Table
@@ -1016,7 +1007,7 @@ def window_replay(
     x, ref = q(window.column), (q(window.reference) if window.reference else "NULL::DOUBLE")
     check_seeds_fit(con, relation, config.seeds)
     model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
-             else (_lit(labels.model) if labels.model is not None else "NULL::VARCHAR"))
+             else (_literal(labels.model) if labels.model is not None else "NULL::VARCHAR"))
     try:
         # rows ordered by model index (mi: the order of the output rows), so a model is a block of rows
         data = con.sql(f"""
@@ -1231,3 +1222,7 @@ def price_notes(costs: pa.Table, audit_id: str) -> list[str]:
     tail = f"significantly costlier at price {', '.join(worse)}" if worse else "never significantly costlier"
     return [f"{audit_id}: price_aware vs the best of majority / certify_then_acquire per price: cheaper at "
             f"{better} of {len(rows)} prices (95% interval below 0), {tail}"]
+
+
+def _literal(value: object) -> str:
+    return sql_literal(value, null="NULL")

@@ -3,7 +3,7 @@
 Candidates are (split, model, image) triples of a predictions table (its columns: docs/connectors.md,
 vision). For each suite of corruptions:
 
-* **evidence** (the paper's, PAPER-NOTES §3.4): the clean predicted class, whether it is correct,
+* **evidence** (the paper's; docs/reference.md): the clean predicted class, whether it is correct,
   and the confidence decile — ``pd.qcut(confidence, q=10, duplicates='drop')`` computed per
   split × model over its clean test predictions. In SQL: the decile is the number of distinct
   interior 10 %-quantiles (``quantile_cont``, numpy's linear interpolation) strictly below the
@@ -22,7 +22,7 @@ Suites: ``all`` (every corruption in the table), ``each`` (one suite per conditi
 ``audit_id`` (``robust[all]``, ``robust[gaussian_noise@3]``, ``robust[severity=3]``) and its
 conditions are listed in the ``corruptions`` column.
 
-Tables (DESIGN §4; extra columns named here):
+Tables (docs/package.md; extra columns named here):
 
 * summary — one row per suite × split × model, plus one per suite × model over all splits
   (``split`` NULL, counts summed); extra: ``split``, ``n_splits``, ``clean_accuracy``,
@@ -54,6 +54,7 @@ import pyarrow as pa
 
 from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
+from dcaudit.claims import sql_literal
 from dcaudit.errors import SpecError
 
 CLAIM = "robust = true"
@@ -83,9 +84,6 @@ class VisionAudit:
             out["candidates"] = [self.candidates]
         return out
 
-
-def _lit(value: object) -> str:
-    return "NULL::VARCHAR" if value is None else "'" + str(value).replace("'", "''") + "'"
 
 
 def build_suites(con: duckdb.DuckDBPyConnection, predictions: str, kinds: Sequence[str],
@@ -141,8 +139,8 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
     con.register(f"{t['suite']}_arrow", suite_rows)
     con.register(f"{t['order']}_arrow", pa.table({"model": order, "model_rank": list(range(len(order)))}))
     status = status_sql("n", "n_true", min_support)
-    head = (f"{_lit(source)} AS source, s.suite AS audit_id, {_lit(CLAIM)} AS claim, {_lit(EVIDENCE)} AS evidence, "
-            f"{_lit('exact')} AS fiber_rule")
+    head = (f"{sql_literal(source)} AS source, s.suite AS audit_id, {sql_literal(CLAIM)} AS claim, {sql_literal(EVIDENCE)} AS evidence, "
+            f"{sql_literal('exact')} AS fiber_rule")
     try:
         con.execute(f"CREATE TEMP TABLE {t['suite']} AS SELECT suite, condition FROM {t['suite']}_arrow")
         # evidence per (split, model, image): every triple seen in any condition is a candidate; the
@@ -227,7 +225,7 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
                              ORDER BY (certified_true + certified_false) / n_candidates DESC, model_rank) = 1
                              AS chosen_by_certification
                   FROM r)
-            SELECT {_lit(source)} AS source, suite AS audit_id, {_lit(CLAIM)} AS claim, model,
+            SELECT {sql_literal(source)} AS source, suite AS audit_id, {sql_literal(CLAIM)} AS claim, model,
                    CAST(split AS INTEGER) AS split, 'clean_accuracy' AS benchmark_metric_name,
                    clean_accuracy AS benchmark_metric, robust_accuracy, certified_fraction,
                    ambiguous / n_candidates AS ambiguous_fraction,
@@ -266,7 +264,7 @@ def _metrics(con: duckdb.DuckDBPyConnection, source: str, suites: Sequence[Suite
         aggs = [agg for _, agg in SPREAD] + ["median(clean_accuracy)", "median(robust_accuracy)",
                                              "count(DISTINCT split)"]
         cols = ", ".join(f"CAST({agg} AS DOUBLE) AS {name}" for name, agg in zip(names, aggs, strict=True))
-        spread = con.sql(f"""SELECT {_lit(source)} AS source, audit_id AS experiment, {_lit(CLAIM)} AS claim,
+        spread = con.sql(f"""SELECT {sql_literal(source)} AS source, audit_id AS experiment, {sql_literal(CLAIM)} AS claim,
                 'exact' AS fiber_rule, CAST(any_value(min_support) AS INTEGER) AS min_support, metric, value,
                 NULL::DOUBLE AS ci_low, NULL::DOUBLE AS ci_high
             FROM (SELECT audit_id, any_value(min_support) AS min_support, {cols} FROM _vis_per_split GROUP BY audit_id)

@@ -1,4 +1,4 @@
-"""Tox21 probe completion curve (PAPER-NOTES §6.2): dcaudit's SQL engine against a straightforward pandas loop.
+"""Tox21 probe completion curve (docs/reference.md): dcaudit's SQL engine against a straightforward pandas loop.
 
 Work: complete cases over the 12 Tox21 assays (n = 3079), evidence = the 7 NR assays, claim SR-p53 active,
 probes SR-ARE, SR-ATAD5, SR-HSE, SR-MMP; 200 seeds, 50/50 calibration/test, min_support 50; the six policies

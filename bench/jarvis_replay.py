@@ -1,4 +1,4 @@
-"""JARVIS error-window replay (PAPER-NOTES §4.2): dcaudit's SQL engine against a straightforward pandas loop.
+"""JARVIS error-window replay (docs/reference.md): dcaudit's SQL engine against a straightforward pandas loop.
 
 Work: 15 models x 50 seeds, 50/50 calibration/test split of each model's ~5.6k test materials; the
 tolerance is the model's calibration MAE of predicted vs reference formation energy; a test material

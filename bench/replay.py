@@ -1,4 +1,4 @@
-"""Tox21 certify-then-acquire replay (PAPER-NOTES §4.1): dcaudit against a straightforward pandas loop.
+"""Tox21 certify-then-acquire replay (docs/reference.md): dcaudit against a straightforward pandas loop.
 
 Work: 4391 complete-case compounds, 100 seeds, 50/50 calibration/test, exact 7-assay fibers certified
 on calibration when pure with >= 50 members; the four policies and break-even price per seed.

@@ -24,7 +24,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dcaudit import findings
@@ -36,6 +38,8 @@ from dcaudit.connectors.vision_models import (
     NORMALISER,
     DigitsProtocol,
     MnistProtocol,
+    digits_corruptions,
+    digits_images,
     digits_predictions,
     mnist_predictions,
 )
@@ -113,6 +117,24 @@ def vision_findings(predictions: dict[str, Path], images: Path) -> pl.DataFrame:
     return findings.from_rows(found)
 
 
+def write_pixels_table(protocol: DigitsProtocol, out: Path) -> Path:
+    """``digits-pixels.parquet``: the clean image and its corruptions (image_id, condition, 8 x 8 pixels in
+    [0, 1]) — what the report's explorer draws as thumbnails next to each member's predictions."""
+    images, _ = digits_images()
+    conditions = digits_corruptions(images, protocol)
+    n = images.shape[0]
+    parts = [pa.table({
+        "image_id": pa.array(np.arange(n).astype(str), pa.string()),
+        "condition": pa.array([name] * n, pa.string()),
+        "pixels": pa.FixedSizeListArray.from_arrays(pa.array(np.clip(pix, 0, 1).reshape(-1).astype(np.float32)),
+                                                   images.shape[1] * images.shape[2]),
+        "height": pa.array(np.full(n, images.shape[1], dtype=np.int32)),
+        "width": pa.array(np.full(n, images.shape[2], dtype=np.int32)),
+    }) for name, pix in conditions.items()]
+    write_table_atomic(pa.concat_tables(parts), out)
+    return out
+
+
 def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
     """Build (or reuse) the predictions tables (``digits``, ``mnist-c``) and the per-image table."""
     options = options or Options()
@@ -136,6 +158,11 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
             protocol = replace(protocol, models=tuple(digits_models))
         path, digest, reused = digits_predictions(settings, protocol, n_jobs=n_jobs)
         tables["digits"] = path
+        pixels = settings.tables_dir / "vision" / (
+            f"digits-pixels-{hashlib.sha256(repr((digest, protocol)).encode()).hexdigest()[:12]}.parquet")
+        if not pixels.is_file():
+            write_pixels_table(protocol, pixels)
+        pixel_tables = {"digits-pixels": pixels}
         inputs["sklearn.load_digits"] = digest
         notes.append(f"vision-digits: {'reused' if reused else 'fitted'} {protocol.n_splits} splits × "
                      f"{len(protocol.models)} models -> {path.name}")
@@ -156,6 +183,8 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
     if not found.is_file():
         write_table_atomic(findings.to_arrow(vision_findings(tables, images)), found)
     tables["images"] = images
+    if "digits" in datasets:
+        tables.update(pixel_tables)  # thumbnails for the report; not a predictions table
     return PreparedSource(name="vision", tables=tables, inputs=inputs, findings=found, notes=tuple(notes),
                           sources=MNIST_SOURCES if "mnist-c" in datasets else ())
 

@@ -407,9 +407,6 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
 
 def connect_catalog(settings: Settings | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection to ``catalog.duckdb`` (views: runs, summary, fibers, candidates, …)."""
-    import duckdb
+    from dcaudit.catalog import Catalog
 
-    s = _settings(settings)
-    if not s.catalog_path.is_file():
-        raise SpecError(f"no catalog at {s.catalog_path} yet: run an audit first (dcaudit run tox21)")
-    return duckdb.connect(str(s.catalog_path), read_only=True)
+    return Catalog(_settings(settings)).connect()  # rebuilt first when missing, damaged or out of date

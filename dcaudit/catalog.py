@@ -1,57 +1,72 @@
-"""``catalog.duckdb``: the run registry plus views over every run's Parquet tables.
+"""The run registry (one JSON record per run) and ``catalog.duckdb``, a file derived from it.
 
-``duckdb workspace/catalog.duckdb "select * from summary"`` works, as does ``dcaudit query``.
-The ``runs`` table records every run (running / succeeded / failed / reused); the other names are views
-over ``runs/*/<table>.parquet``, refreshed whenever a run finishes.
+Truth lives in files the runner writes atomically: ``$DCAUDIT_HOME/records/<run_id>.json`` (one per
+run: running, then succeeded / failed / reused / skipped) and the evidence packages under ``runs/``.
+``catalog.duckdb`` is derived from them: a ``runs`` table and one view per package table, built into a
+temporary file and renamed over the old one. A reader holding the old file open (the DuckDB shell, a
+notebook with ``read_only=True``, another ``dcaudit query``) keeps its snapshot, and a run never needs
+the catalog's DuckDB lock. Every command that reads the catalog first checks that it still matches the
+records and packages (a fingerprint over their names, sizes and modification times) and rebuilds it
+when it does not, or when the file is missing, truncated or corrupt.
+
+Before a package is served by the views its files are checked against the sha256s in its manifest (the
+verdict is cached by file size and modification time, so a refresh stays fast). A damaged package is
+left out of the views, its run shows status ``damaged`` with the bad files named. Views read every
+package table by name with its declared type (:data:`dcaudit.storage.TABLE_SCHEMAS`), so no run changes a
+column's type for the others; an older package whose values do not fit is left out and named
+(status ``incompatible``).
 
 Caching is content-addressed: a run's ``cache_key`` hashes its spec, its input sha256s, the package
 version and a sha256 of the code itself. An unchanged rerun (same key, earlier package intact) records a
-``reused`` row whose ``run_dir`` and ``reused_from`` point at the earlier run; no package is copied, so
+``reused`` run whose ``run_dir`` and ``reused_from`` point at the earlier run; no package is copied, so
 the catalog views never count a result twice.
+
+Run directories are recorded relative to ``DCAUDIT_HOME``: a copied or moved workspace works on its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dcaudit.config import Settings
 from dcaudit.errors import DcauditError, RunLockedError
-from dcaudit.storage import PACKAGE_TABLES, verify_package
+from dcaudit.storage import CATALOG_TABLES, OPTIONAL_VIEWS, TABLE_SCHEMAS, verify_package, write_json_atomic
 
-STORAGE_VERSION = "v1.5.0"
-_RUNS_DDL = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id VARCHAR PRIMARY KEY,
-    spec VARCHAR,
-    spec_hash VARCHAR,
-    input_hashes VARCHAR,      -- JSON object: input name -> sha256
-    status VARCHAR,            -- running | succeeded | failed | reused | skipped (source not available) | damaged
-    started_at TIMESTAMP,
-    finished_at TIMESTAMP,
-    seconds DOUBLE,
-    package_version VARCHAR,
-    git_sha VARCHAR,
-    run_dir VARCHAR,
-    error VARCHAR
-)"""
-# Columns added after the first catalogs were written: added in place to older catalogs.
-_LATER_COLUMNS = (
-    ("cache_key", "VARCHAR"),    # hash of spec, inputs, package version and code: equal keys, equal results
-    ("code_hash", "VARCHAR"),    # sha256 over the package's source files (catches uncommitted edits)
-    ("reused_from", "VARCHAR"),  # for status 'reused': the run whose package this run reused
+STORAGE_VERSION = "v1.5.0"   # the DuckDB 1.5 shell (and later) reads the catalog
+CATALOG_FORMAT = "2"         # bump when the build changes what the catalog holds: catalogs rebuild themselves
+RUNS_SCHEMA: tuple[tuple[str, str], ...] = (
+    ("run_id", "VARCHAR"), ("spec", "VARCHAR"), ("spec_hash", "VARCHAR"),
+    ("input_hashes", "VARCHAR"),  # JSON object: input name -> sha256
+    ("status", "VARCHAR"),        # running | succeeded | failed | reused | skipped | damaged | incompatible
+    ("started_at", "TIMESTAMP"), ("finished_at", "TIMESTAMP"), ("seconds", "DOUBLE"),
+    ("package_version", "VARCHAR"), ("git_sha", "VARCHAR"), ("run_dir", "VARCHAR"), ("error", "VARCHAR"),
+    ("cache_key", "VARCHAR"),     # hash of spec, inputs, package version and code: equal keys, equal results
+    ("code_hash", "VARCHAR"),     # sha256 over the package's source files (catches uncommitted edits)
+    ("reused_from", "VARCHAR"),   # for status 'reused': the run whose package this run reused
 )
-_RUN_COLUMNS = ("run_id", "spec", "spec_hash", "input_hashes", "status", "started_at", "finished_at", "seconds",
-                "package_version", "git_sha", "run_dir", "error", "cache_key", "code_hash", "reused_from")
+_RUN_COLUMNS = tuple(name for name, _ in RUNS_SCHEMA)
+_RUN_ID = re.compile(r"^[^\x00-\x1f\x7f/\\.][^\x00-\x1f\x7f/\\]{0,200}$")
+_INTERRUPTED = "interrupted (the process ended before finishing)"
+_WRITE_DENIED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,19 @@ class RunDiff:
                 "code_changed": list(self.code_changed), "audits": self.audits.to_pylist()}
 
 
+@dataclass
+class BuildReport:
+    """What a catalog build found: runs, packages served, packages left out (named), time taken."""
+
+    path: Path
+    runs: int = 0
+    packages: int = 0
+    left_out: dict[str, list[str]] = field(default_factory=dict)   # run_id -> problems
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    hashed: int = 0        # package files hashed (not answered by the verification cache)
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, *, wait: float = 30.0, what: str = "the catalog") -> Iterator[None]:
     """An exclusive advisory lock (released by the OS if the holder dies, so kill -9 never wedges it)."""
@@ -95,155 +123,539 @@ def file_lock(path: Path, *, wait: float = 30.0, what: str = "the catalog") -> I
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise RunLockedError(f"{what} is locked by another dcaudit process ({path})") from None
-                time.sleep(0.1)
+                time.sleep(0.05)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class Catalog:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.path = settings.catalog_path
-        self.lock_path = settings.home / ".catalog.lock"
+def _stderr_note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        with file_lock(self.lock_path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Stored in a format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
-            con = duckdb.connect(str(self.path), config={"storage_compatibility_version": STORAGE_VERSION})
+
+class Catalog:
+    def __init__(self, settings: Settings, notify: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.home = settings.home
+        self.path = settings.catalog_path
+        self.records_dir = settings.home / "records"
+        self.lock_path = settings.home / ".catalog.lock"
+        self.cache_path = settings.home / ".catalog-cache.json"
+        self.notify = notify or _stderr_note
+        self._noted = False
+        self._temp_dir: Path | None = None   # a private catalog when DCAUDIT_HOME is read-only
+
+    # ------------------------------------------------------------ records (the registry)
+
+    def _record_path(self, run_id: str) -> Path:
+        if not _RUN_ID.match(run_id):
+            raise ValueError(f"not a safe run id: {run_id!r}")
+        return self.records_dir / f"{run_id}.json"
+
+    def _stored_dir(self, run_dir: Path) -> str:
+        """A run directory as recorded: relative to DCAUDIT_HOME when inside it (copies keep working)."""
+        run_dir = Path(run_dir).absolute()
+        with contextlib.suppress(ValueError):
+            return run_dir.relative_to(self.home.absolute()).as_posix()
+        return str(run_dir)
+
+    def resolve_dir(self, stored: str | None) -> Path:
+        if not stored:
+            return self.home
+        path = Path(stored)
+        if not path.is_absolute():
+            return self.home / path
+        if not path.exists() and path.parent.name == "runs" and (self.settings.runs_dir / path.name).is_dir():
+            return self.settings.runs_dir / path.name   # an absolute path from an older catalog, in a copy
+        return path
+
+    def _write_record(self, record: dict) -> None:
+        write_json_atomic(self._record_path(record["run_id"]), record)
+
+    def read_record(self, run_id: str) -> dict | None:
+        try:
+            return json.loads(self._record_path(run_id).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def records(self) -> list[dict]:
+        """Every readable run record (unreadable ones are skipped and noted by the catalog build)."""
+        return self._load_records()[0]
+
+    def _load_records(self) -> tuple[list[dict], list[str]]:
+        out, bad = [], []
+        try:
+            entries = sorted(os.scandir(self.records_dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            return [], []
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
             try:
-                con.execute(_RUNS_DDL)
-                for column, kind in _LATER_COLUMNS:
-                    con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {kind}")
-                yield con
-            finally:
-                con.close()
+                rec = json.loads(Path(entry.path).read_text())
+                if not isinstance(rec, dict) or not isinstance(rec.get("run_id"), str):
+                    raise ValueError("not a run record")
+                out.append(rec)
+            except (OSError, ValueError) as exc:
+                bad.append(f"{entry.path}: unreadable run record ({type(exc).__name__}: {exc})")
+        return out, bad
 
     def start_run(self, run_id: str, *, spec: str, spec_hash: str, input_hashes: Mapping[str, str],
                   package_version: str, git_sha: str | None, run_dir: Path, cache_key: str | None = None,
                   code_hash: str | None = None) -> None:
-        self._insert(run_id=run_id, spec=spec, spec_hash=spec_hash,
-                     input_hashes=json.dumps(dict(input_hashes), sort_keys=True), status="running",
-                     started_at=_now(), package_version=package_version, git_sha=git_sha, run_dir=str(run_dir),
-                     cache_key=cache_key, code_hash=code_hash)
+        self._write_record(_record(
+            run_id=run_id, spec=spec, spec_hash=spec_hash, input_hashes=dict(input_hashes), status="running",
+            started_at=_now(), package_version=package_version, git_sha=git_sha, run_dir=self._stored_dir(run_dir),
+            cache_key=cache_key, code_hash=code_hash))
 
     def record_reuse(self, run_id: str, *, spec: str, earlier: RunRecord, cache_key: str, seconds: float) -> None:
-        """An unchanged rerun: a finished row pointing at the earlier run's package."""
+        """An unchanged rerun: a finished record pointing at the earlier run's package."""
         now = _now()
-        self._insert(run_id=run_id, spec=spec, spec_hash=earlier.spec_hash,
-                     input_hashes=json.dumps(earlier.input_hashes, sort_keys=True), status="reused",
-                     started_at=now, finished_at=now, seconds=seconds, package_version=earlier.package_version,
-                     git_sha=earlier.git_sha, run_dir=str(earlier.run_dir), cache_key=cache_key,
-                     code_hash=earlier.code_hash, reused_from=earlier.run_id)
+        self._write_record(_record(
+            run_id=run_id, spec=spec, spec_hash=earlier.spec_hash, input_hashes=earlier.input_hashes,
+            status="reused", started_at=now, finished_at=now, seconds=seconds,
+            package_version=earlier.package_version, git_sha=earlier.git_sha,
+            run_dir=self._stored_dir(earlier.run_dir), cache_key=cache_key, code_hash=earlier.code_hash,
+            reused_from=earlier.run_id))
 
     def record_failure(self, run_id: str, *, spec: str, spec_hash: str, run_dir: Path, status: str, error: str,
                        seconds: float, package_version: str, git_sha: str | None, code_hash: str | None) -> None:
         """A run that ended before its inputs were known (e.g. a tampered mirror file): failed or skipped."""
+        existing = self.read_record(run_id)
         now = _now()
-        self._insert(run_id=run_id, spec=spec, spec_hash=spec_hash, input_hashes="{}", status=status,
-                     started_at=now, finished_at=now, seconds=seconds, package_version=package_version,
-                     git_sha=git_sha, run_dir=str(run_dir), error=error, code_hash=code_hash)
+        self._write_record(_record(
+            run_id=run_id, spec=spec, spec_hash=spec_hash, input_hashes={}, status=status,
+            started_at=existing["started_at"] if existing else now, finished_at=now, seconds=seconds,
+            package_version=package_version, git_sha=git_sha, run_dir=self._stored_dir(run_dir), error=error,
+            code_hash=code_hash))
 
-    def _insert(self, **values: object) -> None:
-        unknown = set(values) - set(_RUN_COLUMNS)
-        if unknown:
-            raise ValueError(f"not runs columns: {sorted(unknown)}")
-        cols = list(values)
-        with self._write() as con:
-            con.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                        [values[c] for c in cols])
-
-    def find_reusable(self, cache_key: str) -> RunRecord | None:
-        """The latest succeeded run with this cache key (its package may still need verifying)."""
-        if not self.path.exists():
-            return None
-        rows = self._records("status = 'succeeded' AND cache_key = ?", [cache_key], limit=1)
-        return rows[0] if rows else None
-
-    def _records(self, where: str, params: list, limit: int) -> list[RunRecord]:
-        with self._write() as con:  # the write lock also orders reads against concurrent writers
-            rows = con.execute(
-                "SELECT run_id, run_dir, spec_hash, input_hashes, package_version, git_sha, code_hash FROM runs "
-                f"WHERE {where} ORDER BY started_at DESC, run_id DESC LIMIT {int(limit)}", params).fetchall()
-        return [RunRecord(r[0], Path(r[1]), r[2], json.loads(r[3] or "{}"), r[4], r[5], r[6]) for r in rows]
-    def finish_run(self, run_id: str, *, status: str, seconds: float, error: str | None = None) -> None:
-        with self._write() as con:
-            con.execute(
-                "UPDATE runs SET status = ?, finished_at = ?, seconds = ?, error = ? WHERE run_id = ?",
-                [status, _now(), seconds, error, run_id],
-            )
-            self._refresh_views(con)
+    def finish_run(self, run_id: str, *, status: str, seconds: float, error: str | None = None,
+                   refresh: bool = True) -> str | None:
+        """Mark a run finished; then refresh the catalog. Returns a note when the refresh failed (the run's
+        record is written either way, and the next command refreshes the catalog)."""
+        record = self.read_record(run_id)
+        if record is None:
+            raise DcauditError(f"no record of run {run_id!r} in {self.records_dir}")
+        record.update(status=status, finished_at=_now(), seconds=seconds, error=error)
+        self._write_record(record)
+        return self.try_refresh() if refresh else None
 
     def mark_stale_runs_failed(self, spec: str) -> list[str]:
         """Call holding the spec's run lock: any run of it still 'running' belongs to a process that died.
 
         Returns their run ids (so the caller can remove what they left in ``runs/.partial``)."""
-        with self._write() as con:
-            ids = [r[0] for r in con.execute("SELECT run_id FROM runs WHERE status = 'running' AND spec = ?",
-                                             [spec]).fetchall()]
-            con.execute("UPDATE runs SET status = 'failed', finished_at = ?, error = 'interrupted (the process "
-                        "ended before finishing)' WHERE status = 'running' AND spec = ?", [_now(), spec])
-            return ids
+        ids = []
+        for rec in self.records():
+            if rec.get("spec") == spec and rec.get("status") == "running":
+                rec.update(status="failed", finished_at=_now(), error=_INTERRUPTED)
+                self._write_record(rec)
+                ids.append(rec["run_id"])
+        return ids
 
-    def refresh_views(self) -> None:
-        with self._write() as con:
-            self._refresh_views(con)
+    def _run_record(self, rec: dict) -> RunRecord:
+        return RunRecord(rec["run_id"], self.resolve_dir(rec.get("run_dir")), rec.get("spec_hash"),
+                         dict(rec.get("input_hashes") or {}), rec.get("package_version"), rec.get("git_sha"),
+                         rec.get("code_hash"))
 
-    def _refresh_views(self, con: duckdb.DuckDBPyConnection) -> None:
-        """One view per table over every package; a damaged package is left out (and its run marked
-        'damaged' with the bad files named) instead of breaking the views for every other run."""
-        runs_dir = self.settings.runs_dir
-        damaged: dict[Path, list[str]] | None = None
-        for name in PACKAGE_TABLES:
-            files = sorted(runs_dir.glob(f"*/{name}.parquet"))
-            if not files:
-                con.execute(f"DROP VIEW IF EXISTS {name}")
-                continue
-            pattern = str(runs_dir / "*" / f"{name}.parquet")
-            try:
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
-                            f"read_parquet({_sql_string(pattern)}, union_by_name = true)")
-                continue
-            except duckdb.Error:
-                pass
-            if damaged is None:
-                damaged = {d: p for d in sorted({f.parent for f in runs_dir.glob("*/*.parquet")})
-                           if (p := verify_package(d))}
-                for run_dir, problems in damaged.items():
-                    con.execute("UPDATE runs SET status = 'damaged', error = ? WHERE run_dir = ? AND status IN "
-                                "('succeeded', 'reused')", ["; ".join(problems), str(run_dir)])
-            intact = [str(f) for f in files if f.parent not in damaged]
-            if intact:
-                listed = ", ".join(_sql_string(f) for f in intact)
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
-                            f"read_parquet([{listed}], union_by_name = true)")
-            else:
-                con.execute(f"DROP VIEW IF EXISTS {name}")
+    def _latest(self, keep: Callable[[dict], bool], limit: int) -> list[RunRecord]:
+        rows = sorted((r for r in self.records() if keep(r)),
+                      key=lambda r: (str(r.get("started_at") or ""), r["run_id"]), reverse=True)
+        return [self._run_record(r) for r in rows[:limit]]
 
-    def query(self, sql: str) -> pa.Table:
-        if not self.path.exists():
-            raise DcauditError(f"no catalog at {self.path} yet: run an audit first (e.g. `dcaudit run tox21`)")
-        con = duckdb.connect(str(self.path), read_only=True)
+    def find_reusable(self, cache_key: str) -> RunRecord | None:
+        """The latest succeeded run with this cache key (its package may still need verifying)."""
+        rows = self._latest(lambda r: r.get("status") == "succeeded" and r.get("cache_key") == cache_key, 1)
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------ building catalog.duckdb
+
+    def fingerprint(self) -> str:
+        """Names, sizes and modification times of every record and package file, and where the workspace
+        is: the catalog is current when its stored fingerprint equals this."""
+        h = hashlib.sha256(f"{CATALOG_FORMAT}\0{self.home.absolute()}\0".encode())
+        h.update(json.dumps(TABLE_SCHEMAS, sort_keys=True).encode())
+        for base in (self.records_dir, self.settings.runs_dir):
+            with contextlib.suppress(FileNotFoundError):
+                for entry in sorted(os.scandir(base), key=lambda e: e.name):
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        with contextlib.suppress(OSError):
+                            for sub in sorted(os.scandir(entry.path), key=lambda e: e.name):
+                                if sub.name.endswith((".parquet", ".json")):
+                                    st = sub.stat()
+                                    h.update(f"{entry.name}/{sub.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                    else:
+                        st = entry.stat()
+                        h.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        return h.hexdigest()
+
+    def rebuild(self, *, reason: str | None = None) -> BuildReport:
+        """Build catalog.duckdb from the records and packages, now (``dcaudit catalog rebuild``)."""
+        return self._refresh(force=True, reason=reason)
+
+    def refresh(self) -> BuildReport | None:
+        """Rebuild the catalog if it no longer matches the records and packages; None when it was current."""
+        return self._refresh(force=False)
+
+    def try_refresh(self) -> str | None:
+        """Refresh, never raising: returns a one-line note when the catalog could not be refreshed."""
         try:
-            return con.sql(sql).to_arrow_table()
-        except duckdb.Error as exc:
-            bad = self.damaged_packages() if isinstance(exc, duckdb.IOException | duckdb.InvalidInputException) \
-                else []
-            hint = ("\ndamaged package file(s):\n  " + "\n  ".join(bad) + "\nre-run their specs (or remove "
-                    "those run directories) and try again") if bad else ""
-            raise DcauditError(f"query failed: {exc}{hint}") from exc
+            self._refresh(force=False, fallback=False)
+        except Exception as exc:  # noqa: BLE001 - the run's record is written; the next command refreshes
+            return (f"the run is recorded, but catalog.duckdb could not be refreshed "
+                    f"({_one_line(exc)}); the next dcaudit command refreshes it")
+        return None
+
+    def _current_fingerprint_of(self, path: Path) -> str | None:
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+        except duckdb.Error:
+            return None
+        try:
+            row = next(iter(con.execute("SELECT value FROM catalog_info WHERE key = 'fingerprint'").fetchall()), None)
+            return row[0] if row else None
+        except duckdb.Error:
+            return None
         finally:
             con.close()
 
+    def _refresh(self, *, force: bool, reason: str | None = None, fallback: bool = True) -> BuildReport | None:
+        fingerprint = self.fingerprint()
+        if not force and self._current_fingerprint_of(self.path) == fingerprint:
+            return None
+        try:
+            with file_lock(self.lock_path, wait=120.0):
+                # someone else may have built it while we waited for the lock
+                existing = self._current_fingerprint_of(self.path)
+                if not force and existing == fingerprint:
+                    return None
+                fingerprint = self.fingerprint()
+                report = self._build(self.path, fingerprint, legacy=existing is None and self.path.exists())
+        except OSError as exc:
+            if not (fallback and exc.errno in _WRITE_DENIED):
+                raise
+            report = self._private_build(fingerprint, f"DCAUDIT_HOME ({self.home}) is not writable")
+        if reason:
+            report.notes.insert(0, f"catalog.duckdb was {reason}; rebuilt it from {report.runs} run record(s) "
+                                   f"({report.packages} package(s) in the views)")
+        return report
+
+    def _private_build(self, fingerprint: str, why: str) -> BuildReport:
+        """A catalog in a temporary directory, for this process only (the workspace cannot take one)."""
+        self.close()
+        self._temp_dir = Path(tempfile.mkdtemp(prefix="dcaudit-catalog-"))
+        report = self._build(self._temp_dir / "catalog.duckdb", fingerprint, write_back=False)
+        report.notes.insert(0, f"{why}; the catalog was built in {report.path} for this command")
+        return report
+
+    def _build(self, target: Path, fingerprint: str, *, write_back: bool = True, legacy: bool = False) -> BuildReport:
+        started = time.monotonic()
+        report = BuildReport(path=target)
+        if write_back and legacy:
+            self._import_legacy_catalog(report)
+        records, bad = self._load_records()
+        report.notes += bad
+        by_id = {r["run_id"]: r for r in records}
+        self._adopt_orphan_packages(by_id, report, write_back=write_back)
+        cache = _VerifyCache.load(self.cache_path)
+        host = socket.gethostname()
+        runs_dir = self.settings.runs_dir.absolute()
+        # verify every package a succeeded run owns (under runs/), once per directory
+        served: dict[Path, str] = {}      # package dir -> run id
+        problems: dict[Path, list[str]] = {}
+        for rec in by_id.values():
+            if rec.get("status") != "succeeded":
+                continue
+            run_dir = self.resolve_dir(rec.get("run_dir")).absolute()
+            if run_dir.parent != runs_dir:
+                continue   # --out packages are not served by the views
+            problems[run_dir] = verify_package(run_dir, hash_ok=cache.hash_ok, remember=cache.remember)
+            if not problems[run_dir]:
+                served[run_dir] = rec["run_id"]
+        report.hashed = cache.hashed
+        schemas = _TableFiles(cache)
+        for run_dir in sorted(served):
+            for name in CATALOG_TABLES:
+                file = run_dir / f"{name}.parquet"
+                if file.is_file():
+                    schemas.add(name, file, run_dir)
+        incompatible = schemas.check(report)
+        for run_dir, why in incompatible.items():
+            served.pop(run_dir, None)
+            problems[run_dir] = why
+        rows = []
+        for rec in by_id.values():
+            row = {c: rec.get(c) for c in _RUN_COLUMNS}
+            run_dir = self.resolve_dir(rec.get("run_dir")).absolute()
+            row["run_dir"] = str(run_dir)
+            row["input_hashes"] = json.dumps(rec.get("input_hashes") or {}, sort_keys=True)
+            status = rec.get("status")
+            if status in ("succeeded", "reused") and problems.get(run_dir):
+                row["status"] = "incompatible" if run_dir in incompatible else "damaged"
+                row["error"] = "; ".join(problems[run_dir])
+                report.left_out.setdefault(rec["run_id"], problems[run_dir])
+            elif status == "running" and rec.get("host") == host and not _alive(rec.get("pid")):
+                row["status"], row["error"] = "failed", _INTERRUPTED
+            for col in ("started_at", "finished_at"):
+                row[col] = _parse_time(row[col])
+            rows.append(row)
+        report.runs, report.packages = len(rows), len(served)
+        self._write_catalog(target, rows, schemas, set(served), fingerprint, report)
+        if write_back:
+            cache.save()
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def _write_catalog(self, target: Path, rows: list[dict], schemas: _TableFiles, served: set[Path],
+                       fingerprint: str, report: BuildReport) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(target, self.records_dir)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        try:
+            # Stored in a format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
+            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
+            try:
+                con.execute("CREATE TABLE runs (" + ", ".join(f"{c} {t}" for c, t in RUNS_SCHEMA) + ")")
+                if rows:
+                    arrow = pa.Table.from_pylist(rows, schema=_RUNS_ARROW)
+                    con.register("_new_runs", arrow)
+                    con.execute("INSERT INTO runs SELECT * FROM _new_runs ORDER BY started_at, run_id")
+                    con.unregister("_new_runs")
+                for name in CATALOG_TABLES:
+                    sql = schemas.view_sql(name, served)
+                    if sql is None:
+                        continue   # findings, costs: a view only once some package has the table
+                    con.execute(f"CREATE VIEW {name} AS {sql}")
+                con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
+                info = {"fingerprint": fingerprint, "format": CATALOG_FORMAT, "home": str(self.home),
+                        "built_at": _now().isoformat(), "runs": str(len(rows)), "packages": str(len(served))}
+                con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
+                con.execute("CREATE TABLE left_out (run_id VARCHAR, problem VARCHAR)")
+                pairs = [(r, p) for r, ps in report.left_out.items() for p in ps]
+                if pairs:
+                    con.executemany("INSERT INTO left_out VALUES (?, ?)", pairs)
+                con.execute("CHECKPOINT")
+            finally:
+                con.close()
+            os.replace(tmp, target)   # readers holding the old file keep their snapshot
+        finally:
+            for leftover in (tmp, Path(f"{tmp}.wal")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+
+    def _import_legacy_catalog(self, report: BuildReport) -> None:
+        """A catalog.duckdb written before run records existed: its runs table becomes records, once."""
+        try:
+            con = duckdb.connect(str(self.path), read_only=True)
+        except duckdb.Error:
+            return
+        try:
+            if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'catalog_info'").fetchall()[0][0]:
+                return
+            cols = [r[0] for r in con.execute("DESCRIBE runs").fetchall()]
+            rows = con.execute(f"SELECT {', '.join(cols)} FROM runs").fetchall()
+        except duckdb.Error:
+            return
+        finally:
+            con.close()
+        imported = 0
+        for values in rows:
+            row = dict(zip(cols, values, strict=True))
+            if not isinstance(row.get("run_id"), str) or not _RUN_ID.match(row["run_id"]) \
+                    or self._record_path(row["run_id"]).exists():
+                continue
+            try:
+                hashes = json.loads(row.get("input_hashes") or "{}")
+            except ValueError:
+                hashes = {}
+            status = row.get("status")
+            self._write_record(_record(
+                **{c: row.get(c) for c in _RUN_COLUMNS if c not in ("input_hashes", "run_dir", "status")},
+                input_hashes=hashes, run_dir=self._stored_dir(Path(row["run_dir"])) if row.get("run_dir") else None,
+                status="succeeded" if status == "damaged" else status, pid=None, host=None))
+            imported += 1
+        if imported:
+            report.notes.append(f"imported {imported} run(s) from the older catalog.duckdb into {self.records_dir}")
+
+    def _adopt_orphan_packages(self, by_id: dict[str, dict], report: BuildReport, *, write_back: bool) -> None:
+        """A package under runs/ without a record (the record was lost): its manifest becomes the record."""
+        known = {self.resolve_dir(r.get("run_dir")).absolute() for r in by_id.values()}
+        runs_dir = self.settings.runs_dir
+        with contextlib.suppress(FileNotFoundError):
+            for entry in sorted(os.scandir(runs_dir), key=lambda e: e.name):
+                path = Path(entry.path).absolute()
+                if entry.name.startswith(".") or not entry.is_dir() or path in known or entry.name in by_id:
+                    continue
+                try:
+                    manifest = json.loads((path / "manifest.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                run_id = manifest.get("run_id") if isinstance(manifest, dict) else None
+                if run_id != entry.name or not _RUN_ID.match(run_id):
+                    continue
+                started = str(manifest.get("started_at") or "")
+                rec = _record(run_id=run_id, spec=manifest.get("spec"), spec_hash=manifest.get("spec_hash"),
+                              input_hashes=manifest.get("inputs") or {}, status="succeeded",
+                              started_at=_parse_time(started) or _now(), finished_at=None,
+                              seconds=manifest.get("seconds"), package_version=manifest.get("package_version"),
+                              git_sha=manifest.get("git_sha"), run_dir=self._stored_dir(path),
+                              cache_key=manifest.get("cache_key"), code_hash=manifest.get("code_hash"),
+                              pid=None, host=None)
+                by_id[run_id] = rec
+                report.notes.append(f"run {run_id}: no run record; recovered it from {path / 'manifest.json'}")
+                if write_back:
+                    with contextlib.suppress(OSError):
+                        self._write_record(rec)
+
+    # ------------------------------------------------------------ reading
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to catalog.duckdb, rebuilt first when it is missing, damaged or out of date
+        (for the Python API; close it when done — a later refresh never waits for it)."""
+        return self._connect()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection to a catalog that matches the records (rebuilt first when it does not)."""
+        reason = None
+        if not self.path.exists():
+            if not self.records() and not any(self.settings.runs_dir.glob("*/manifest.json")):
+                raise DcauditError(f"no runs in {self.home} yet: run an audit first (e.g. `dcaudit run tox21`)")
+            reason = "missing"
+        else:
+            try:
+                con = duckdb.connect(str(self.path), read_only=True)
+            except duckdb.Error as exc:
+                reason = f"unreadable ({_one_line(exc)})"
+            else:
+                try:
+                    row = next(iter(con.execute("SELECT value FROM catalog_info WHERE key = 'fingerprint'").fetchall()), None)
+                except duckdb.Error:
+                    row, reason = None, "written by an older dcaudit"
+                if row is not None and row[0] == self.fingerprint():
+                    self._note_left_out(con)
+                    return con
+                con.close()
+        # out of date: rebuilt unless another process did it while we waited for the build lock
+        try:
+            report = self._refresh(force=reason is not None, reason=reason)
+        except (OSError, duckdb.Error) as exc:   # e.g. a full disk: build privately, else serve the last one
+            why = f"catalog.duckdb could not be rebuilt ({_one_line(exc)})"
+            try:
+                report = self._private_build(self.fingerprint(), why)
+            except (OSError, duckdb.Error):
+                if reason is not None:
+                    raise DcauditError(f"{why}, and no usable catalog exists: free space in {self.home} or "
+                                       "make it writable, then run `dcaudit catalog rebuild`") from None
+                self.notify(f"{why}; answering from the catalog as last built (it may miss the latest runs)")
+                report = None
+        for note in report.notes if report else ():
+            self.notify(note)
+        con = duckdb.connect(str(report.path if report else self.path), read_only=True)
+        self._note_left_out(con)
+        return con
+
+    def _note_left_out(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self._noted:
+            return
+        self._noted = True
+        with contextlib.suppress(duckdb.Error):
+            rows = con.execute("SELECT run_id, problem FROM left_out ORDER BY run_id").fetchall()
+            if rows:
+                shown = "; ".join(p for _, p in rows[:3]) + (f"; … {len(rows) - 3} more" if len(rows) > 3 else "")
+                self.notify(f"{len({r for r, _ in rows})} package(s) left out of the views: {shown} "
+                            "(dcaudit catalog check lists them; re-run their specs)")
+
+    def query(self, sql: str) -> pa.Table:
+        """Run SQL against the catalog. It cannot write into DCAUDIT_HOME: read statements (SELECT, DESCRIBE,
+        SHOW, SUMMARIZE, EXPLAIN) run on a read-only connection and may read any file; anything else (COPY,
+        EXPORT, ATTACH, SET …) runs in a sandbox whose only writable places lie outside DCAUDIT_HOME."""
+        try:
+            statements = duckdb.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise DcauditError(f"query failed: {_one_line(exc)}") from None
+        con = self._connect()
+        try:
+            if all(s.type in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN) for s in statements):
+                result = con.sql(sql)
+            else:
+                con, result = self._sandboxed(con, sql)
+            return result.to_arrow_table() if result is not None else pa.table({})
+        except duckdb.PermissionException as exc:
+            raise DcauditError(
+                f"query refused: {_one_line(exc)} (a query can never write into DCAUDIT_HOME {self.home}; "
+                f"COPY/EXPORT may write only into {', '.join(map(str, self._writable_dirs())) or 'no directory here'})"
+            ) from None
+        except duckdb.Error as exc:
+            bad = self.damaged_packages() if isinstance(exc, duckdb.IOException | duckdb.InvalidInputException) \
+                else []
+            hint = (f" (damaged package file(s): {'; '.join(bad)}; re-run their specs or remove those run "
+                    "directories)") if bad else ""
+            raise DcauditError(f"query failed: {_one_line(exc)}{hint}") from None
+        finally:
+            con.close()
+
+    def _writable_dirs(self) -> list[Path]:
+        home = self.home.resolve()
+        out = []
+        for d in (Path.cwd().resolve(), Path(tempfile.gettempdir()).resolve()):
+            if not (d == home or d.is_relative_to(home) or home.is_relative_to(d)) and d not in out:
+                out.append(d)
+        return out
+
+    def _sandboxed(self, catalog: duckdb.DuckDBPyConnection, sql: str):  # noqa: ANN202
+        """An in-memory connection with the catalog's tables it names, file access limited to directories
+        outside DCAUDIT_HOME, and the configuration locked (no SET can give access back)."""
+        names = [r[0] for r in catalog.execute(
+            "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views() "
+            "WHERE NOT internal").fetchall()]
+        sandbox = duckdb.connect()
+        try:
+            for name in names:
+                if re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", sql, re.IGNORECASE):
+                    sandbox.register(name, catalog.sql(f'SELECT * FROM "{name}"').to_arrow_table())
+            catalog.close()
+            dirs = ", ".join("'" + str(d).replace("'", "''") + "/'" for d in self._writable_dirs())
+            sandbox.execute(f"SET allowed_directories = [{dirs}]")
+            sandbox.execute("SET enable_external_access = false")
+            sandbox.execute("SET lock_configuration = true")
+            return sandbox, sandbox.sql(sql)
+        except BaseException:
+            sandbox.close()
+            raise
+
+    def check(self) -> tuple[int, list[str]]:
+        """Hash every package file against its manifest (no cache): (packages checked, problems)."""
+        cache = _VerifyCache.load(self.cache_path)
+        dirs = set()
+        with contextlib.suppress(FileNotFoundError):
+            dirs |= {Path(e.path).absolute() for e in os.scandir(self.settings.runs_dir)
+                     if e.is_dir() and not e.name.startswith(".")}
+        for rec in self.records():
+            if rec.get("status") == "succeeded":
+                run_dir = self.resolve_dir(rec.get("run_dir")).absolute()
+                if run_dir.is_relative_to(self.home.absolute()):
+                    dirs.add(run_dir)
+        problems: list[str] = []
+        for run_dir in sorted(dirs):
+            problems += verify_package(run_dir, remember=cache.remember)
+        with contextlib.suppress(OSError):
+            cache.save()
+        return len(dirs), problems
+
     def damaged_packages(self) -> list[str]:
         """Every package file under runs/ that is missing, unreadable or differs from its recorded hash."""
+        cache = _VerifyCache.load(self.cache_path)
         problems: list[str] = []
-        for run_dir in sorted(p for p in self.settings.runs_dir.glob("*") if p.is_dir() and not p.name.startswith(".")):
-            problems += verify_package(run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            for run_dir in sorted(p for p in self.settings.runs_dir.iterdir()
+                                  if p.is_dir() and not p.name.startswith(".")):
+                problems += verify_package(run_dir, hash_ok=cache.hash_ok)
         return problems
+
+    def refresh_views(self) -> None:
+        self.rebuild()
 
     def runs(self, limit: int = 20) -> pa.Table:
         return self.query(f"SELECT run_id, spec, status, started_at, seconds, reused_from, error FROM runs "
@@ -261,14 +673,14 @@ class Catalog:
 
     def diff(self, spec: str) -> RunDiff:
         """Compare the latest two succeeded runs of ``spec`` (reused rows repeat a run, so they are skipped)."""
-        records = self._records("status = 'succeeded' AND spec = ?", [spec], limit=2) if self.path.exists() else []
+        records = self._latest(lambda r: r.get("status") == "succeeded" and r.get("spec") == spec, 2)
         if len(records) < 2:
             raise DcauditError(f"spec {spec!r} has {len(records)} succeeded run(s) in the catalog; --diff needs two")
         after, before = records
         for rec in (before, after):
             bad = verify_package(rec.run_dir)
             if bad:
-                raise DcauditError("damaged package file(s):\n  " + "\n  ".join(bad))
+                raise DcauditError("damaged package file(s): " + "; ".join(bad))
         con = duckdb.connect()
         try:
             tables = {}
@@ -294,6 +706,255 @@ class Catalog:
         code_changed = tuple(f for f in ("spec_hash", "package_version", "git_sha", "code_hash")
                              if getattr(before, f) != getattr(after, f))
         return RunDiff(spec, before, after, audits, inputs_changed, code_changed)
+
+    def close(self) -> None:
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+# ---------------------------------------------------------------- verification cache and views
+
+class _VerifyCache:
+    """sha256 verdicts and Parquet schemas per file, valid while the file's size and mtime are unchanged."""
+
+    def __init__(self, path: Path, entries: dict) -> None:
+        self.path, self.entries, self.hashed, self.dirty = path, entries, 0, False
+        self._stat: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def load(cls, path: Path) -> _VerifyCache:
+        try:
+            entries = json.loads(path.read_text())
+            if not isinstance(entries, dict):
+                entries = {}
+        except (OSError, ValueError):
+            entries = {}
+        return cls(path, entries)
+
+    def _key(self, path: Path) -> tuple[str, tuple[int, int]]:
+        st = path.stat()
+        return str(path), (st.st_size, st.st_mtime_ns)
+
+    def hash_ok(self, path: Path, digest: str) -> bool | None:
+        key, stat = self._key(path)
+        self._stat[key] = stat   # taken before hashing: a change while hashing invalidates the entry
+        entry = self.entries.get(key)
+        if isinstance(entry, dict) and entry.get("stat") == list(stat) and entry.get("sha256") == digest:
+            return bool(entry.get("ok"))
+        return None
+
+    def remember(self, path: Path, digest: str, ok: bool) -> None:
+        key = str(path)
+        stat = self._stat.pop(key, None) or self._key(path)[1]
+        self.hashed += 1
+        entry = self.entries.setdefault(key, {})
+        if entry.get("stat") != list(stat):
+            entry.clear()        # whatever else was known (the schema) was about the old bytes
+        entry.update(stat=list(stat), sha256=digest, ok=ok)
+        self.dirty = True
+
+    def schema(self, path: Path) -> list[tuple[str, str]]:
+        key, stat = self._key(path)
+        entry = self.entries.get(key)
+        if isinstance(entry, dict) and entry.get("stat") == list(stat) and "schema" in entry:
+            return [tuple(x) for x in entry["schema"]]
+        schema = [(f.name, _kind(f.type)) for f in pq.read_schema(path)]
+        entry = self.entries.setdefault(key, {})
+        if entry.get("stat") != list(stat):
+            entry.clear()
+            entry["stat"] = list(stat)
+        entry["schema"] = [list(x) for x in schema]
+        self.dirty = True
+        return schema
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        live = {k: v for k, v in self.entries.items() if os.path.exists(k)}
+        write_json_atomic(self.path, live, durable=False)
+
+
+def _kind(t: pa.DataType) -> str:
+    """An Arrow type as the DuckDB type it reads as (near enough to decide whether a cast is lossless)."""
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_integer(t):
+        return "UBIGINT" if t == pa.uint64() else "BIGINT"
+    if pa.types.is_floating(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return "DECIMAL"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", bool)(t):
+        return "VARCHAR"
+    if pa.types.is_null(t):
+        return "NULL"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _kind(t.value_type) + "[]"
+    return str(t)
+
+
+# declared type -> kinds that cast to it without losing anything
+_LOSSLESS = {
+    "BIGINT": {"BIGINT", "BOOLEAN", "NULL"},
+    "DOUBLE": {"BIGINT", "DOUBLE", "DECIMAL", "BOOLEAN", "NULL"},
+    "VARCHAR": {"VARCHAR", "BIGINT", "DOUBLE", "DECIMAL", "BOOLEAN", "NULL"},
+    "BOOLEAN": {"BOOLEAN", "NULL"},
+    "DOUBLE[]": {"DOUBLE[]", "BIGINT[]", "DECIMAL[]", "NULL"},
+}
+
+
+class _TableFiles:
+    """The package files of each table, grouped by identical schema, and the SQL of each view."""
+
+    def __init__(self, cache: _VerifyCache) -> None:
+        self.cache = cache
+        # table -> schema -> [(file, package dir)]
+        self.groups: dict[str, dict[tuple[tuple[str, str], ...], list[tuple[Path, Path]]]] = {}
+
+    def add(self, table: str, file: Path, run_dir: Path) -> None:
+        schema = tuple(self.cache.schema(file))
+        self.groups.setdefault(table, {}).setdefault(schema, []).append((file, run_dir))
+
+    def check(self, report: BuildReport) -> dict[Path, list[str]]:
+        """Packages whose values do not fit a declared type: {package dir: problems}. Lossless casts
+        (an INTEGER min_support, a DECIMAL fraction) pass without reading data."""
+        bad: dict[Path, list[str]] = {}
+        con = None
+        try:
+            for table, groups in self.groups.items():
+                declared = TABLE_SCHEMAS.get(table, {})
+                for schema, files in groups.items():
+                    for column, kind in schema:
+                        want = declared.get(column)
+                        if want is None or kind in _LOSSLESS[want]:
+                            continue
+                        con = con or duckdb.connect()
+                        for file, run_dir in files:
+                            if self._fits(con, file, column, kind, want):
+                                continue
+                            bad.setdefault(run_dir, []).append(
+                                f"{file}: column {column!r} holds {kind} values that do not fit its declared "
+                                f"type {want} (written by an older or different dcaudit)")
+        finally:
+            if con is not None:
+                con.close()
+        for groups in self.groups.values():
+            for schema in list(groups):
+                groups[schema] = [(f, d) for f, d in groups[schema] if d not in bad]
+        return bad
+
+    @staticmethod
+    def _fits(con: duckdb.DuckDBPyConnection, file: Path, column: str, kind: str, want: str) -> bool:
+        col = _ident(column)
+        lossy = f"OR TRY_CAST({col} AS DOUBLE) <> TRY_CAST({col} AS {want})" if want == "BIGINT" and kind in (
+            "DOUBLE", "DECIMAL", "UBIGINT") else ""
+        try:
+            n = con.execute(f"SELECT count(*) FROM read_parquet({_sql_string(str(file))}) WHERE {col} IS NOT NULL "
+                            f"AND (TRY_CAST({col} AS {want}) IS NULL {lossy})").fetchall()[0][0]
+        except duckdb.Error:
+            return False
+        return n == 0
+
+    def view_sql(self, table: str, served: set[Path]) -> str | None:
+        groups = {s: [f for f, d in files if d in served] for s, files in self.groups.get(table, {}).items()}
+        groups = {s: f for s, f in groups.items() if f}
+        declared = TABLE_SCHEMAS.get(table, {})
+        if not groups and table in OPTIONAL_VIEWS:
+            return None
+        # undeclared columns: their own type when every package agrees on it, else VARCHAR
+        extra: dict[str, set[str]] = {}
+        for schema in groups:
+            for column, kind in schema:
+                if column not in declared:
+                    extra.setdefault(column, set()).add(kind)
+        extra_types = {c: _duck_type(next(iter(k))) if len(k) == 1 else "VARCHAR" for c, k in extra.items()}
+        columns = {**declared, **extra_types}
+        if not groups:
+            return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_ident(c)}" for c, t in columns.items()) + " WHERE false"
+        parts = []
+        for schema, files in sorted(groups.items(), key=lambda g: str(g[1][0])):
+            present = {c for c, _ in schema}
+            cols = ", ".join(f"CAST({_ident(c) if c in present else 'NULL'} AS {t}) AS {_ident(c)}"
+                             for c, t in columns.items())
+            listed = ", ".join(_sql_string(str(f)) for f in sorted(files))
+            parts.append(f"SELECT {cols} FROM read_parquet([{listed}])")
+        return "\nUNION ALL ".join(parts)
+
+
+def _duck_type(kind: str) -> str:
+    return {"NULL": "VARCHAR", "DECIMAL": "DOUBLE"}.get(kind, kind if re.fullmatch(r"[A-Z]+(\[\])?", kind)
+                                                      else "VARCHAR")
+
+
+_RUNS_ARROW = pa.schema([(c, {"VARCHAR": pa.string(), "TIMESTAMP": pa.timestamp("us"),
+                              "DOUBLE": pa.float64()}[t]) for c, t in RUNS_SCHEMA])
+
+
+def _record(**values: object) -> dict:
+    record = {c: values.get(c) for c in _RUN_COLUMNS}
+    for col in ("started_at", "finished_at"):
+        if isinstance(record[col], datetime):
+            record[col] = record[col].isoformat(timespec="microseconds")
+    record["pid"] = values.get("pid", os.getpid())
+    record["host"] = values.get("host", socket.gethostname())
+    record["record_version"] = 1
+    return record
+
+
+def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
+    """What killed processes left: half-built catalogs (we hold the build lock, so any other is stale) and
+    record temporaries of processes that no longer exist."""
+    for leftover in target.parent.glob(f".{target.name}.*.tmp*"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    with contextlib.suppress(OSError):
+        for leftover in records_dir.glob(".*.json.*.tmp"):
+            pid = leftover.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return True    # unknown: assume it may still run (the next run of its spec settles it)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _parse_time(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _sql_string(text: str) -> str:

@@ -207,6 +207,20 @@ def quote_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def sql_literal(value: object, *, null: str = "NULL::VARCHAR") -> str:
+    """A Python value as a DuckDB literal (the one definition): NULL, TRUE/FALSE, a number or a quoted string.
+    ``null`` is how None is written (typed VARCHAR by default, so a column of NULLs keeps a string type)."""
+    if value is None:
+        return null
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    return quote_string(str(value))
+
+
 @dataclass(frozen=True)
 class SqlDialect:
     """How identifiers and string literals are written; the tree decides everything else."""

@@ -11,18 +11,20 @@ import importlib.machinery
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from dcaudit import defaults
+from dcaudit.cli_common import GATES as _GATES
+from dcaudit.cli_common import apply_gates as _apply_gates
+from dcaudit.cli_common import check_gates as _check_gates
+from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
-from dcaudit.errors import DcauditError
+from dcaudit.errors import DcauditError, RunInterrupted
 
 if TYPE_CHECKING:
-    from dcaudit.api import Result
+    pass
 
 EPILOG = """\b
 Concepts: a *fiber* is all candidates with the same (discretised) evidence; a *claim* is the
@@ -32,12 +34,6 @@ deployment action as a boolean expression; a candidate is *certified* when its f
 Results are Parquet under $DCAUDIT_HOME/runs/<run_id>/ and views in $DCAUDIT_HOME/catalog.duckdb.
 Python: import dcaudit; dcaudit.audit(frame_or_path, evidence=[...], claim="...").
 """
-
-CLAIM_HELP = ("Claim: a boolean expression of column names (double-quote names with - or spaces: "
-              "'\"SR-p53\" = 1'), numbers, 'strings', true/false, = != < <= > >=, + - * /, and/or/not, "
-              "parentheses; nothing else (no functions, no SQL comments). Division by zero or NaN makes "
-              "it undefined: the candidate is excluded (claim_undefined), never true.")
-
 
 class _Group(click.Group):
     """Every error is one line and an exit status; never a traceback (DCAUDIT_DEBUG=1 shows one)."""
@@ -50,6 +46,9 @@ class _Group(click.Group):
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except RunInterrupted as exc:  # SIGTERM / SIGINT during a run, already recorded as failed
+            click.secho(f"interrupted: {exc}", fg="red", err=True)
+            sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.secho("interrupted", fg="red", err=True)
             sys.exit(130)
@@ -83,104 +82,6 @@ def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit
     ctx.obj = load_settings().with_overrides(
         home=home.resolve() if home else None, mirror=mirror.resolve() if mirror else None,
         memory_limit=memory_limit, threads=threads)
-
-
-def _compose(*decorators: Callable) -> Callable:
-    """Apply click decorators in reading order (top first), so commands share one definition per option."""
-    def apply(fn: Callable) -> Callable:
-        for decorator in reversed(decorators):
-            fn = decorator(fn)
-        return fn
-    return apply
-
-
-_TABLE = _compose(
-    click.argument("file", type=click.Path(path_type=Path)),
-    click.option("--evidence", required=True, multiple=True,
-                 help="Evidence column(s), comma-separated; repeat the option for a name containing a comma."),
-    click.option("--claim", required=True, help=CLAIM_HELP),
-    click.option("--id", "id_column", help="Candidate id column (default: the 1-based data row). Empty or "
-                 "repeated ids are an error unless --duplicates keep."),
-    click.option("--duplicates", type=click.Choice(["error", "keep"]), default=defaults.DUPLICATES,
-                 show_default=True, help="Repeated candidate ids: an error, or keep every row and list them "
-                 "in findings.parquet (disagreeing copies marked)."),
-)
-_RULE = click.option("--fiber-rule", default=defaults.FIBER_RULE, show_default=True,
-                     help="exact | quantile:K (K equal-count bins) | width:W (bins of width W).")
-_MISSING = click.option("--missing", type=click.Choice(["drop", "as-value"]), default=defaults.MISSING,
-                        show_default=True, help="Missing, NaN or infinite evidence: drop (complete cases; the "
-                        "rest excluded with a reason) or a value (a fiber) of its own.")
-_ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-                       help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or "
-                            "cluster Spark (needs dcaudit[spark]; see docs/scale.md).")
-_SPLITS = _compose(
-    click.option("--seeds", type=click.IntRange(min=1), help="Calibration/test splits (default "
-                 f"{defaults.REPLAY_SEEDS}; bounded by memory for tolerance windows)."),
-    click.option("--seed-offset", type=int, help=f"First seed (seeds are offset … offset+S-1; default "
-                 f"{defaults.SEED_OFFSET})."),
-    click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                 help=f"Share of candidates in the calibration half (hash of id and seed; default "
-                      f"{defaults.CALIBRATION_FRACTION})."),
-)
-_GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
-                      help="Gate for CI: exit 1 when EXPR holds for an audit's summary row, e.g. "
-                      "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
-_PACKAGE = _compose(
-    click.option("--out", type=click.Path(path_type=Path), help="Write the package to this directory instead "
-                 "of the workspace."),
-    click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is "
-                 "complete)."),
-    click.option("--quiet", is_flag=True, help="Print only the package directory."),
-    click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary."),
-)
-
-
-def _given(**options: Any) -> dict[str, Any]:
-    """Options the user gave (None = not given: the API's config objects supply the default)."""
-    return {k: v for k, v in options.items() if v is not None}
-
-
-def _check_gates(fail_if: tuple[str, ...]) -> None:
-    """Parse --fail-if before any work: a malformed gate is bad input (exit 2), not a failed run."""
-    if fail_if:
-        from dcaudit.gates import parse_gates
-
-        parse_gates(list(fail_if))
-
-
-def _apply_gates(summary: Any, fail_if: tuple[str, ...]) -> int:
-    """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
-    if not fail_if:
-        return 0
-    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates
-
-    failures = evaluate_gates(summary, parse_gates(list(fail_if), summary.column_names))
-    for failure in failures:
-        click.secho(failure.message, fg="red", err=True)
-    return gate_exit_status(failures)
-
-
-def _evidence(values: tuple[str, ...]) -> str | list[str]:
-    return values[0] if len(values) == 1 else list(values)
-
-
-def _show(result: Result, title: str, *, quiet: bool, as_json: bool) -> None:
-    """How audit, replay, complete and sensitivity end: the package directory, JSON, or the summary."""
-    if as_json:
-        click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded",
-                               "package_dir": str(result.package_dir),
-                               "summary": result.summary.drop("run_id").to_dicts()}, default=str, indent=1))
-        return
-    if quiet:
-        click.echo(str(result.package_dir))
-        return
-    from dcaudit.reports.console import print_findings, print_notes, print_summary
-
-    print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
-                  if result.candidates is not None else None)
-    if result.findings is not None:
-        print_findings(result.findings.to_arrow())
-    print_notes(result.notes)
 
 
 EXIT_CODES = """\b
@@ -286,187 +187,6 @@ def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@_TABLE
-@_RULE
-@_MISSING
-@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
-              help="Pure fibers smaller than this are 'unsupported' rather than certified.")
-@_PACKAGE
-@_ENGINE
-@_GATES
-@click.pass_obj
-def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
-          duplicates: str, fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-          quiet: bool, as_json: bool, engine: str, fail_if: tuple[str, ...]) -> None:
-    """Audit any table FILE (CSV, CSV.gz, TSV or Parquet): does EVIDENCE decide CLAIM?
-
-    \b
-    Writes summary.parquet, fibers.parquet, candidates.parquet (every candidate with its status, and
-    excluded ones with a reason) and manifest.json, and records the run in the catalog.
-    Example:
-      dcaudit audit tox21.csv --id mol_id --claim '"SR-p53" = 1' \\
-        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
-    """
-    from dcaudit import api
-
-    _check_gates(fail_if)
-    result = api.audit(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
-                       min_support=min_support, missing=missing, duplicates=duplicates,  # type: ignore[arg-type]
-                       settings=settings, record=True, out=out, force=force, quiet=quiet or as_json,
-                       engine=engine)
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
-    if not (quiet or as_json):
-        click.echo(f"evidence package -> {result.package_dir}")
-    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
-
-
-@cli.command()
-@_TABLE
-@_RULE
-@_MISSING
-@_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a fiber (or window) needs "
-              f"before it can certify (default {defaults.MIN_SUPPORT_FIBERS} for fibers, "
-              f"{defaults.MIN_SUPPORT_WINDOWS} for --tolerance windows).")
-@click.option("--mode", type=click.Choice(["exact", "calibrated", "familywise"]), help="exact (default): pure "
-              "calibration fiber; calibrated: Clopper-Pearson bound on each fiber's minority rate <= epsilon; "
-              "familywise: Holm across fibers, P(any certified fiber's rate > epsilon) <= delta.")
-@click.option("--epsilon", type=float, help=f"Risk level of --mode calibrated (default {defaults.EPSILON}).")
-@click.option("--delta", type=float, help=f"The bound holds with confidence 1 - delta (default {defaults.DELTA}).")
-@click.option("--tolerance", help="Error-window certification on one numeric evidence column: a width (0.04), "
-              "'mae' or 'q80' (per seed, from calibration errors against --reference).")
-@click.option("--reference", help="Reference column for --tolerance mae / qNN (the true value the evidence "
-              "predicts).")
-@_ENGINE
-@_PACKAGE
-@_GATES
-@click.pass_obj
-def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
-           duplicates: str, fiber_rule: str, missing: str, seeds: int | None, seed_offset: int | None,
-           calibration_fraction: float | None, min_support: int | None, mode: str | None, epsilon: float | None,
-           delta: float | None, tolerance: str | None, reference: str | None, engine: str, out: Path | None,
-           force: bool, quiet: bool, as_json: bool, fail_if: tuple[str, ...]) -> None:
-    """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
-
-    \b
-    Splits candidates into calibration and test SEEDS times, certifies fibers on calibration only and
-    replays four policies on test: fiber_majority (benchmark-only), global_majority, certified_only,
-    certify_then_acquire. Writes replay.parquet (per seed, plus a summary row per policy with seed NULL)
-    next to the audit's summary/fibers/candidates.
-    Example:
-      dcaudit replay tox21.csv --id mol_id --claim '"SR-p53" = 1' \\
-        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
-    """
-    from dcaudit import api
-    from dcaudit.reports.console import print_replay
-
-    _check_gates(fail_if)
-    result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
-                        missing=missing, min_support=min_support, tolerance=tolerance, reference=reference,
-                        duplicates=duplicates, settings=settings, record=True, out=out,  # type: ignore[arg-type]
-                        force=force, quiet=quiet or as_json, engine=engine,
-                        **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
-                                 mode=mode, epsilon=epsilon, delta=delta))
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
-    if not (quiet or as_json):
-        print_replay(result.replay.to_arrow())
-        click.echo(f"evidence package -> {result.package_dir}")
-    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
-
-
-@cli.command()
-@_TABLE
-@click.option("--probes", required=True, multiple=True, help="Probe columns that could be measured next, "
-              "comma-separated (or repeat the option).")
-@_RULE
-@_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a pure fiber needs before "
-              f"it certifies (default {defaults.COMPLETION_MIN_SUPPORT}).")
-@click.option("--policies", help=f"Probe-selection policies, comma-separated (default: all of "
-              f"{', '.join(defaults.COMPLETION_POLICIES)}).")
-@click.option("--random-draws", type=click.IntRange(min=1), help="Random probe orders per seed for the random "
-              f"policy (default {defaults.RANDOM_DRAWS}).")
-@click.option("--refinement", type=click.Choice(["mixed", "full"]), help="mixed (default): certified decisions "
-              "are kept, only mixed fibers are refined; full: every fiber recomputed after each probe (the "
-              "paper's script).")
-@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), help="Among probes certifying "
-              "equally on calibration: least residual label entropy (default), or the first / last listed.")
-@click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1': curves against "
-              "cumulative cost, the cost_gain policy and the next probe by certified gain per unit cost.")
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="The budgeted plan (frozen on "
-              "calibration) stops before its cumulative cost exceeds this.")
-@_PACKAGE
-@click.pass_obj
-def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
-             duplicates: str, probes: tuple[str, ...], fiber_rule: str, seeds: int | None, seed_offset: int | None,
-             calibration_fraction: float | None, min_support: int | None, policies: str | None,
-             random_draws: int | None, refinement: str | None, tie_break: str | None, costs: str | None,
-             budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
-    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
-
-    \b
-    Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
-    one at a time, chosen on a calibration split and scored on the held-out test split, SEEDS times.
-    Writes completion.parquet (per policy × step × seed, plus mean rows with seed NULL and p10/p90)
-    next to the audit's summary/fibers/candidates, and prints the recommended next probe.
-    Example:
-      dcaudit complete tox21.csv --id mol_id --claim '"SR-p53" = 1' --min-support 50 --seeds 200 \\
-        --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma \\
-        --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
-    """
-    from dcaudit import api
-    from dcaudit.reports.console import print_completion
-
-    result = api.complete(file, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
-                          fiber_rule=fiber_rule, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
-                          record=True, out=out, force=force, quiet=quiet or as_json,
-                          **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
-                                   min_support=min_support, random_draws=random_draws, refinement=refinement,
-                                   tie_break=tie_break, costs=costs, budget=budget,
-                                   policies=policies.split(",") if policies else None))
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
-    if not (quiet or as_json):
-        print_completion(result.completion.to_arrow(), seeds or defaults.COMPLETION_SEEDS)
-        click.echo(f"evidence package -> {result.package_dir}")
-
-
-@cli.command()
-@_TABLE
-@click.option("--rules", help="Fiber rules to compare, comma-separated (default: "
-              f"{','.join(defaults.SENSITIVITY_RULES)}).")
-@click.option("--tolerances", help="Tolerance windows too, comma-separated: widths (0.05), 'mae' or 'q80' "
-              "(against --reference).")
-@click.option("--reference", help="Reference column for mae / qNN tolerances.")
-@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
-              help="Members a pure fiber (or window) needs to be certified.")
-@_PACKAGE
-@click.pass_obj
-def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
-                duplicates: str, rules: str | None, tolerances: str | None, reference: str | None,
-                min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
-    """How the audit of one numeric EVIDENCE column moves with the fiber resolution.
-
-    \b
-    Quantile bins (quantile:K), k-nearest-neighbour windows (knn:K) and fixed windows (window:T) in sorted
-    evidence, and tolerance windows from calibration errors; writes sensitivity.parquet (one row per rule).
-    Example:
-      dcaudit sensitivity preds.csv --evidence pred --claim "gap > 1.0" --tolerances mae --reference dft
-    """
-    from dcaudit import api
-    from dcaudit.reports.console import print_rows, sensitivity_table
-
-    result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
-                             rules=rules.split(",") if rules else None,
-                             tolerances=tolerances.split(",") if tolerances else None, reference=reference,
-                             min_support=min_support, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
-                             record=True, out=out, force=force, quiet=quiet or as_json)
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
-    if not (quiet or as_json):
-        print_rows(sensitivity_table(result.sensitivity.to_arrow()))
-        click.echo(f"evidence package -> {result.package_dir}")
-
-
-@cli.command()
 @click.option("--limit", default=20, show_default=True, help="How many recent runs to list.")
 @click.option("--diff", "diff_spec", metavar="SPEC", help="Compare the latest two succeeded runs of SPEC: what "
               "moved in the certified and ambiguous fractions, and whether data or code changed.")
@@ -520,19 +240,31 @@ def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
 @cli.command()
 @click.argument("run", metavar="RUN")
 @click.option("--out", type=click.Path(path_type=Path), help="Write the HTML here instead of <package>/report.html.")
+@click.option("--compare", "compare_to", metavar="RUN_B",
+              help="Instead, write what moved from RUN to RUN_B (per audit, fibers that changed status, replay) "
+                   "to --out or <package>/compare-<RUN_B run id>.html.")
 @click.pass_obj
-def report(settings: Settings, run: str, out: Path | None) -> None:
+def report(settings: Settings, run: str, out: Path | None, compare_to: str | None) -> None:
     """Re-render report.html for RUN (a run id, a spec name for its latest run, or a package directory).
 
-    The report is self-contained (inline SVG, no scripts or external URLs) and opens offline. A damaged
-    package file is named (its sha256 differs from the one manifest.json recorded) and the exit status is 2.
-    Prints the path of the report.
+    The report is self-contained (inline SVG charts and one inline script, nothing loaded from anywhere)
+    and opens offline. A damaged package file is named (its sha256 differs from the one manifest.json
+    recorded) and the exit status is 2. Prints the path of the report.
     """
     from dcaudit.catalog import Catalog
     from dcaudit.reports.html import write_report
 
-    path = Path(run)
-    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
+    def resolve(name: str) -> Path:
+        path = Path(name)
+        return path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(name)
+
+    run_dir = resolve(run)
+    if compare_to:
+        from dcaudit.reports.compare import write_comparison
+
+        other = resolve(compare_to)
+        click.echo(str(write_comparison(run_dir, other, out or run_dir / f"compare-{other.name}.html")))
+        return
     click.echo(str(write_report(run_dir, out)))
 
 
@@ -591,6 +323,14 @@ def simulate(settings: Settings, experiment: str, seeds: int | None, geometries:
     print_rows(simulation_table(result.tables, experiment))
     print_notes(result.notes)
     click.echo(f"run {result.run_id} succeeded in {result.seconds:.1f}s -> {result.run_dir}")
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+from dcaudit.cli_catalog import catalog as _catalog_group  # noqa: E402, I001
+cli.add_command(_catalog_group)
 
 
 class _DeferPandas(importlib.abc.MetaPathFinder):

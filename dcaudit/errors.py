@@ -57,6 +57,21 @@ class RunLockedError(DcauditError):
     exit_code = 75  # EX_TEMPFAIL: a scheduler may retry later
 
 
+class WorkspaceError(DcauditError):
+    """The workspace cannot be written (read-only DCAUDIT_HOME, disk full, no permission)."""
+
+    exit_code = 1  # the run could not be carried out (recorded as failed where the disk still allowed it)
+
+
+class RunInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, so no `except Exception` swallows it
+    """SIGTERM/SIGINT during a run: the run is already recorded as failed when this is raised."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
 def require(module: str, extra: str):  # noqa: ANN201 - returns the imported module
     """Import an optional module or say which extra provides it."""
     import importlib

@@ -22,7 +22,7 @@ import pyarrow as pa
 from dcaudit.claims import _BOOLEAN_KINDS, Node, _columns, _Parser, check_columns
 from dcaudit.errors import ClaimError
 
-# The summary columns of DESIGN §4 (the fiber audit's summary row); a gate may name only these.
+# The summary columns of docs/package.md (the fiber audit's summary row); a gate may name only these.
 SUMMARY_COLUMNS = (
     "source", "audit_id", "claim", "evidence", "fiber_rule", "model", "min_support", "n_candidates", "n_excluded",
     "n_fibers", "n_mixed_fibers", "n_unsupported_fibers", "certified_true", "certified_false", "ambiguous",

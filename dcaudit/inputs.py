@@ -33,7 +33,7 @@ from typing import Literal
 import duckdb
 import pyarrow as pa
 
-from dcaudit.claims import quote_identifier, value_kind
+from dcaudit.claims import quote_identifier, quote_string, value_kind
 from dcaudit.errors import InputError, SpecError
 from dcaudit.storage import sha256_file
 
@@ -198,7 +198,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         for f in files:
             _parquet_schema(check_file(f))
         view = view_name(name)
-        _create_view(con, view, f"SELECT * FROM read_parquet({_lit(text)}, union_by_name = true)", name)
+        _create_view(con, view, f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)", name)
         return _described(con, view, name, {f.name: sha256_file(f) for f in files}, has_row=False)
     path = check_file(path)
     lower = path.name.lower()
@@ -208,7 +208,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         check_unique_columns(names, text)
         drop = f" EXCLUDE ({quote_identifier(ROW)})" if ROW in names else ""
         _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, *{drop} EXCLUDE (file_row_number) "
-                                f"FROM read_parquet({_lit(str(path))}, file_row_number = true)", text)
+                                f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)", text)
     elif lower.endswith(CSV_SUFFIXES):
         table = read_csv(path)
         if ROW in table.column_names:
@@ -228,9 +228,6 @@ def _row_numbers(n: int) -> pa.Array:
 
     return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(1, n + 1, dtype=np.int64))])
 
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _create_view(con: duckdb.DuckDBPyConnection, view: str, select: str, label: str) -> None:
@@ -426,8 +423,8 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
         shown = ", ".join(f"{r[0]!r} ({r[1]}×)" for r in head)
         raise InputError(f"{n_repeat} repeated candidate id(s), e.g. {shown}; make ids unique, or keep the copies "
                          "and report them (--duplicates keep / duplicates=\"keep\")", file=label, column=id_column)
-    return con.sql(f"""SELECT {_lit(source)} AS source, {_lit(label)} AS file, CAST(first_row AS BIGINT) AS "row",
-                              {_lit(id_column)} AS "column",
+    return con.sql(f"""SELECT {quote_string(source)} AS source, {quote_string(label)} AS file, CAST(first_row AS BIGINT) AS "row",
+                              {quote_string(id_column)} AS "column",
                               CASE WHEN conflicting THEN 'duplicate_id_conflicting' ELSE 'duplicate_id' END AS kind,
                               n || ' rows share this id' || CASE WHEN conflicting THEN ' and disagree on the claim'
                                                               ELSE '' END AS detail,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -93,7 +94,20 @@ def load_spec(name_or_path: str) -> PipelineSpec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{origin}: not valid TOML: {exc}") from exc
-    return spec_from_dict(raw, origin=origin)
+    return spec_from_dict(raw, origin=origin, base_dir=path.parent if not origin.startswith("builtin:") else None)
+
+
+# A spec name names files (locks/<name>.lock, records/<name>-<time>-<hex>.json): letters, digits and a few
+# punctuation marks, at most 100 characters, never starting with a dot or a space.
+SPEC_NAME = re.compile(r"[^\W][\w.+@=,() -]{0,99}")
+
+
+def check_spec_name(name: str, origin: str = "spec") -> str:
+    if not SPEC_NAME.fullmatch(name) or name != name.strip():
+        shown = name if len(name) <= 40 else name[:40] + "…"
+        raise SpecError(f"{origin}: name {shown!r} is not a usable spec name: 1 to 100 letters, digits or "
+                        "_ . + @ = , ( ) - and spaces, not starting with a dot or a space (it names files)")
+    return name
 
 
 def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str, ...] | None]:
@@ -127,7 +141,9 @@ def _require_type(value: Any, kind: type | tuple[type, ...], where: str, what: s
         raise SpecError(f"{where}: {what}, not {type(value).__name__} {value!r}"[:300])
 
 
-def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec:
+def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path | None = None) -> PipelineSpec:
+    """Validate a spec. ``base_dir``: the spec file's folder, against which a relative [source] path is
+    resolved (a spec from a file reads the same data from any working directory)."""
     _require_type(raw, dict, origin, "a spec is a table of keys")
     unknown = set(raw) - _TOP_KEYS
     if unknown:
@@ -136,8 +152,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
         if key not in raw:
             raise SpecError(f"{origin}: missing required key {key!r}")
     _require_type(raw["name"], str, origin, "name must be a string")
-    if not raw["name"].strip() or any(c in raw["name"] for c in "/\\\0"):
-        raise SpecError(f"{origin}: name must be a non-empty string without / or \\ (it names files)")
+    check_spec_name(raw["name"], origin)
     _require_type(raw.get("description", ""), str, origin, "description must be a string")
     source = raw["source"]
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
@@ -150,6 +165,9 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec") -> PipelineSpec
     if source.get("duplicates", defaults.DUPLICATES) not in ("error", "keep"):
         raise SpecError(f"{origin}: [source] duplicates = {source['duplicates']!r}; use \"error\" (default) or "
                         "\"keep\" (keep repeated ids and report them)")
+    if base_dir is not None and isinstance(source.get("path"), str) and not Path(source["path"]).is_absolute():
+        source = {**source, "path": str((Path(base_dir) / source["path"]).resolve())}
+        raw = {**raw, "source": source}
     _require_type(raw["audits"], list, origin, "audits must be a list of [[audits]] tables")
     if not raw["audits"]:
         raise SpecError(f"{origin}: audits is empty; add at least one [[audits]] table")

@@ -4,10 +4,16 @@ one Parquet file per row shape, plus manifest.json).
 Writes are atomic: everything goes to a hidden ``.<name>.partial`` sibling first and is renamed
 into place only when complete, so a crash or a failed run never leaves a half-written package and
 never touches a package that was already there.
+
+Every package table has a declared schema (:data:`TABLE_SCHEMAS`, column -> DuckDB type). Packages are
+written with it (declared columns cast to their type; a value that does not fit is an error, never a new
+type) and the catalog views read them by name with those types, so no run can change a column's type
+for the others. Columns a stage adds beyond the declared ones are kept as written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,9 +24,123 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# The tables of DESIGN §4, in the order a reader meets them.
+# The tables of docs/package.md, in the order a reader meets them.
 PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
                   "metrics", "sensitivity")
+CATALOG_TABLES = PACKAGE_TABLES          # one view per package table in catalog.duckdb
+OPTIONAL_VIEWS = ("findings", "costs")   # views that exist only once some package has the table
+
+
+_AUDIT = {"run_id": "VARCHAR", "source": "VARCHAR", "audit_id": "VARCHAR", "claim": "VARCHAR",
+          "evidence": "VARCHAR", "fiber_rule": "VARCHAR", "model": "VARCHAR"}
+_COUNTS = {k: "BIGINT" for k in ("n_candidates", "n_fibers", "n_mixed_fibers", "certified_true",
+                                   "certified_false", "ambiguous", "unsupported")}
+_FRACTIONS = {k: "DOUBLE" for k in ("certified_fraction", "ambiguous_fraction", "unsupported_fraction",
+                                     "mixed_fiber_fraction", "median_fiber_size", "benchmark_only_risk")}
+_P10_P90 = ("certified_fraction", "false_decision_rate")
+
+TABLE_SCHEMAS: dict[str, dict[str, str]] = {
+    "summary": {**_AUDIT, "min_support": "BIGINT", **_COUNTS, "n_excluded": "BIGINT",
+                "n_unsupported_fibers": "BIGINT", **_FRACTIONS, "prevalence": "DOUBLE",
+                "benchmark_only_errors": "BIGINT", "split": "BIGINT", "n_splits": "BIGINT",
+                "clean_accuracy": "DOUBLE", "robust_accuracy": "DOUBLE", "corruptions": "VARCHAR",
+                # identity = "inchikey": mixed fibers split into label noise and incomplete evidence
+                "identity": "VARCHAR", "n_label_noise_fibers": "BIGINT", "n_incomplete_fibers": "BIGINT",
+                "n_both_fibers": "BIGINT", "label_noise_candidates": "BIGINT", "incomplete_candidates": "BIGINT",
+                "both_candidates": "BIGINT", "conflicting_records": "BIGINT", "label_noise_fraction": "DOUBLE",
+                "incomplete_fraction": "DOUBLE"},
+    "fibers": {**_AUDIT, "fiber_key": "BIGINT", "evidence_key": "VARCHAR", "evidence_lo": "DOUBLE",
+               "evidence_hi": "DOUBLE", "n": "BIGINT", "n_true": "BIGINT", "status": "VARCHAR", "split": "BIGINT",
+               "predicted": "VARCHAR", "clean_correct": "BOOLEAN", "confidence_decile": "BIGINT",
+               "n_entities": "BIGINT", "n_conflicting_entities": "BIGINT", "n_true_entities": "BIGINT",
+               "n_false_entities": "BIGINT", "conflicting_records": "BIGINT", "mixed_kind": "VARCHAR"},
+    "candidates": {**_AUDIT, "candidate_id": "VARCHAR", "fiber_key": "BIGINT", "claim_value": "BOOLEAN",
+                   "status": "VARCHAR", "excluded_reason": "VARCHAR", "split": "BIGINT"},
+    "completion": {**_AUDIT, "probes": "VARCHAR", "min_support": "BIGINT", "calibration_fraction": "DOUBLE",
+                   "refinement": "VARCHAR", "tie_break": "VARCHAR", "policy": "VARCHAR", "deployable": "BOOLEAN",
+                   "step": "BIGINT", "probe_added": "VARCHAR", "probe_added_share": "DOUBLE", "seed": "BIGINT",
+                   "n_draws": "BIGINT", "certified_fraction": "DOUBLE", "false_decision_rate": "DOUBLE",
+                   **{f"{m}_{s}": "DOUBLE" for m in _P10_P90 for s in ("p10", "p90", "se")},
+                   "calibration_certified_fraction": "DOUBLE", "certified_true_fraction": "DOUBLE",
+                   "n_test": "DOUBLE", "n_candidates": "BIGINT", "n_excluded": "BIGINT",
+                   "cumulative_cost": "DOUBLE", "within_budget": "BOOLEAN"},
+    "replay": {**_AUDIT, "certification": "VARCHAR", "mode": "VARCHAR", "min_support": "BIGINT",
+               "epsilon": "DOUBLE", "delta": "DOUBLE", "calibration_fraction": "DOUBLE", "seed_offset": "BIGINT",
+               "n_excluded": "BIGINT", "policy": "VARCHAR", "seed": "BIGINT", "n_seeds": "BIGINT",
+               "n_calibration": "DOUBLE", "n_test": "DOUBLE", "tolerance": "DOUBLE", "certified": "DOUBLE",
+               "certified_fraction": "DOUBLE", "decided_fraction": "DOUBLE", "false_decisions": "DOUBLE",
+               "false_decision_rate": "DOUBLE", "false_rate_certified": "DOUBLE", "risk_bound": "DOUBLE",
+               "risk_bound_max": "DOUBLE", "acquisitions": "DOUBLE", "acquired_fraction": "DOUBLE",
+               "break_even_price": "DOUBLE", "baseline_false_decisions": "DOUBLE", "prices": "DOUBLE[]",
+               "total_cost": "DOUBLE[]", "relative_cost_reduction": "DOUBLE[]",
+               **{f"{m}_{s}": "DOUBLE" for m in (*_P10_P90, "acquisitions", "break_even_price")
+                  for s in ("p10", "p90")}, "break_even_price_median": "DOUBLE",
+               "false_rate_certified_bound": "DOUBLE", "certified_units": "DOUBLE"},
+    "choice": {"run_id": "VARCHAR", "source": "VARCHAR", "audit_id": "VARCHAR", "claim": "VARCHAR",
+               "model": "VARCHAR", "split": "BIGINT", "seed": "BIGINT", "fiber_rule": "VARCHAR",
+               "metric": "VARCHAR", "benchmark_metric_name": "VARCHAR", "benchmark_metric": "DOUBLE",
+               "robust_accuracy": "DOUBLE", "certified_fraction": "DOUBLE", "ambiguous_fraction": "DOUBLE",
+               "certified": "DOUBLE", "false_decisions": "DOUBLE", "false_rate_certified": "DOUBLE",
+               "certified_error": "DOUBLE", "n_candidates": "BIGINT", "rank_by_benchmark": "DOUBLE",
+               "rank_by_robustness": "DOUBLE", "rank_by_certification": "DOUBLE", "chosen_by_benchmark": "DOUBLE",
+               "chosen_by_robustness": "DOUBLE", "chosen_by_certification": "DOUBLE"},
+    "costs": {**_AUDIT, "certification": "VARCHAR", "mode": "VARCHAR", "min_support": "BIGINT", "delta": "DOUBLE",
+              "policy": "VARCHAR", "price": "DOUBLE", "seed": "BIGINT", "n_seeds": "BIGINT", "n_test": "DOUBLE",
+              "false_decisions": "DOUBLE", "measurements": "DOUBLE", "cost": "DOUBLE",
+              "cost_per_candidate": "DOUBLE", "measured_fraction": "DOUBLE", "false_rate": "DOUBLE",
+              "cost_per_candidate_p10": "DOUBLE", "cost_per_candidate_p90": "DOUBLE", "envelope_cost": "DOUBLE",
+              "cheapest": "BOOLEAN", "band_low": "DOUBLE", "band_high": "DOUBLE", "best_baseline": "VARCHAR",
+              "diff_vs_best": "DOUBLE", "diff_low": "DOUBLE", "diff_high": "DOUBLE"},
+    "metrics": {"run_id": "VARCHAR", "source": "VARCHAR", "experiment": "VARCHAR", "setting": "VARCHAR",
+                "claim": "VARCHAR", "fiber_rule": "VARCHAR", "min_support": "BIGINT", "metric": "VARCHAR",
+                "value": "DOUBLE", "ci_low": "DOUBLE", "ci_high": "DOUBLE", "sd": "DOUBLE", "min": "DOUBLE",
+                "max": "DOUBLE", "n_seeds": "BIGINT", "radius_scale": "DOUBLE"},
+    "sensitivity": {**_AUDIT, "rule_kind": "VARCHAR", "tolerance_source": "VARCHAR", "tolerance": "DOUBLE",
+                    "min_support": "BIGINT", **_COUNTS, **_FRACTIONS},
+    "findings": {"run_id": "VARCHAR", "source": "VARCHAR", "file": "VARCHAR", "row": "BIGINT", "column": "VARCHAR",
+                 "kind": "VARCHAR", "detail": "VARCHAR", "candidate_id": "VARCHAR"},
+}
+
+_ARROW_TYPES = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+                "DOUBLE[]": pa.list_(pa.float64())}
+
+
+def arrow_schema_of(table: str) -> dict[str, pa.DataType]:
+    return {name: _ARROW_TYPES[kind] for name, kind in TABLE_SCHEMAS.get(table, {}).items()}
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling and ``os.replace`` (readers see old or new)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, payload: object, *, durable: bool = True) -> None:
+    write_bytes_atomic(path, (json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n").encode(),
+                       durable=durable)
 
 
 def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
@@ -59,6 +179,25 @@ def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, objec
     os.replace(tmp, path)
 
 
+def conform(name: str, table: pa.Table) -> pa.Table:
+    """Cast the declared columns of package table ``name`` to their declared types.
+
+    A value that does not fit (text in a count, 1e30 in a BIGINT) raises ValueError naming the table and
+    column: a run never writes a column of a type the catalog views do not expect."""
+    declared = arrow_schema_of(name)
+    for i, field in enumerate(table.schema):
+        want = declared.get(field.name)
+        if want is None or field.type == want:
+            continue
+        try:
+            column = table.column(i).cast(want, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValueError(f"package table {name}: column {field.name!r} of type {field.type} does not fit its "
+                             f"declared type {TABLE_SCHEMAS[name][field.name]} ({exc})") from None
+        table = table.set_column(i, pa.field(field.name, want), column)
+    return table
+
+
 def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], manifest: Mapping[str, object],
                   *, replace_existing: bool = False, finalize: Callable[[Path], None] | None = None) -> Path:
     """Write ``tables`` (name -> Arrow table) and ``manifest.json`` to ``target`` atomically.
@@ -82,7 +221,7 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     counts: dict[str, int] = {}
     try:
         for name, table in tables.items():
-            table = with_run_id(table, run_id)
+            table = conform(name, with_run_id(table, run_id))
             pq.write_table(table, partial / f"{name}.parquet", compression="zstd")
             counts[name] = table.num_rows
         files = {f"{name}.parquet": sha256_file(partial / f"{name}.parquet") for name in tables}
@@ -111,6 +250,9 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+sha256_of = sha256_file   # the name the catalog code used before
 
 
 def md5_file(path: Path) -> str:
@@ -144,11 +286,13 @@ def read_manifest(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "manifest.json").read_text())
 
 
-def verify_package(run_dir: Path) -> list[str]:
+def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None] | None = None,
+                   remember: Callable[[Path, str, bool], None] | None = None) -> list[str]:
     """Problems with a package on disk, one line per bad file (empty when it is intact).
 
     A file is bad when it is missing, differs from the sha256 the manifest recorded, or (for packages
-    written before hashes were recorded) does not read as Parquet.
+    written before hashes were recorded) does not read as Parquet. ``hash_ok(path, sha256)`` may answer
+    from a cache (None: unknown, hash it); ``remember(path, sha256, ok)`` is told each verdict.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -163,7 +307,13 @@ def verify_package(run_dir: Path) -> list[str]:
         path = run_dir / name
         if not path.is_file():
             problems.append(f"{path}: missing")
-        elif sha256_file(path) != digest:
+            continue
+        ok = hash_ok(path, digest) if hash_ok is not None else None
+        if ok is None:
+            ok = sha256_file(path) == digest
+            if remember is not None:
+                remember(path, digest, ok)
+        if not ok:
             problems.append(f"{path}: sha256 differs from the one recorded in manifest.json (damaged or modified)")
     for path in sorted(run_dir.glob("*.parquet")):
         if path.name in recorded:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dcaudit.catalog import file_lock
 from dcaudit.config import Settings
-from dcaudit.errors import DcauditError, MissingSourceError, RunLockedError
+from dcaudit.errors import DcauditError, MissingSourceError, RunInterrupted, RunLockedError, WorkspaceError
 
 if TYPE_CHECKING:
     from dcaudit.api import Result
@@ -49,6 +49,10 @@ def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool =
         return Outcome(name, "locked", exc.exit_code, error=str(exc))
     except MissingSourceError as exc:
         return Outcome(name, "skipped", exc.exit_code, error=str(exc))
+    except WorkspaceError as exc:  # the workspace could not be written: the run failed (exit 1), not bad input
+        return Outcome(name, "failed", exc.exit_code, error=str(exc))
+    except RunInterrupted:
+        raise  # SIGTERM / SIGINT: the run is already recorded failed; the CLI exits 128 + signal
     except DcauditError as exc:
         return Outcome(name, "invalid", exc.exit_code, error=str(exc))
     except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog

@@ -5,11 +5,11 @@ Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / `
 * ``by_position = true`` — the [replay] error-window replay again, but with each model's prediction
   taken from the second column of its file, as a reader by position would. Three contribution files
   are ``id,target,prediction`` (ALIGNN, AtomGPT, CGCNN), so their "predictions" become the reference
-  values: benchmark MAE 0 (PAPER-NOTES §5.1 "ALIGNN formation-energy MAE 0.0"), a window tolerance of
+  values: benchmark MAE 0 (docs/reference.md), a window tolerance of
   ~0, and almost nothing certified. Rows go to replay.parquet and choice.parquet (the paper's model
   choice: ALIGNN "best" by MAE 0.0) with audit_id ``<audit>:by-position``; each file's
   ``mae_by_position`` goes to metrics (experiment ``jarvis:by-position``).
-* ``[jarvis.probe_baseline]`` — the paper's completion baseline (PAPER-NOTES §6.3): the 1-D fiber of
+* ``[jarvis.probe_baseline]`` — the paper's completion baseline (docs/reference.md): the 1-D fiber of
   the reference formation energy at ``fiber_rule`` (64 quantile bins) over every material with the
   claim (5572), not over the 187 MBJ materials of the completion curve; replayed with the given
   calibration fraction, support and seeds. Rows go to replay.parquet with audit_id ``probe-baseline``.

@@ -1,8 +1,10 @@
-"""The runner: source -> DuckDB views -> stages -> evidence package -> catalog.
+"""The runner: source -> DuckDB views -> stages -> evidence package -> run record -> catalog.
 
-Every run is recorded in the catalog (``running`` first, then ``succeeded`` or ``failed``), holds a
-per-spec lock so two scheduled runs of one spec never write at once, and writes its package
-atomically (report.html included), so a failed or interrupted run leaves earlier packages intact.
+Every run is recorded in its run record (``$DCAUDIT_HOME/records/<run_id>.json``: ``running`` first, then
+``succeeded`` or ``failed``), holds a per-spec lock so two scheduled runs of one spec never write at once,
+and writes its package atomically (report.html included), so a failed or interrupted run leaves earlier
+packages intact. catalog.duckdb is derived from the records and refreshed afterwards (never locked by a
+run; a refresh that fails is a note). SIGTERM/SIGINT mark the run failed at once.
 
 With ``reuse=True`` (``dcaudit run`` without ``--force``) an unchanged rerun — same spec, same input
 sha256s, same package version and source code (:func:`code_hash`) — records a ``reused`` row pointing
@@ -17,12 +19,15 @@ A stage is ``fn(ctx: StageContext) -> dict[table name, list of Arrow tables]``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
 import secrets
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -43,7 +48,7 @@ from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import connect
-from dcaudit.errors import MissingSourceError, RunLockedError
+from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, WorkspaceError
 from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label_of, register_input
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
@@ -157,7 +162,53 @@ def _spec_lock(lock: Path, name: str) -> Iterator[None]:
             stack.enter_context(file_lock(lock, wait=0.0, what=f"spec {name!r}"))
         except RunLockedError:
             raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later") from None
-        yield  # a RunLockedError from the run itself (e.g. the catalog lock) keeps its own message
+        yield  # a RunLockedError from the run itself keeps its own message
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _workspace_error(exc: BaseException, settings: Settings, what: str) -> WorkspaceError | None:
+    """A full disk or a read-only workspace as one line (None for any other error)."""
+    if not isinstance(exc, OSError) or exc.errno not in (*_NO_SPACE, *_NOT_WRITABLE):
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in _NO_SPACE:
+        return WorkspaceError(f"no space left on the device of DCAUDIT_HOME {settings.home}{where}: {what}; "
+                              "earlier packages are intact — free some space and run again")
+    return WorkspaceError(f"DCAUDIT_HOME {settings.home} is not writable ({exc.strerror}{where}): {what}; "
+                          "reading results (runs, query, report --out elsewhere) still works")
+
+
+class _Signals:
+    """SIGTERM/SIGINT during a run: the run is recorded as failed at once, then RunInterrupted unwinds it
+    (the partial package is removed on the way). Only the main thread can take signals; elsewhere a no-op."""
+
+    def __init__(self, on_signal: Callable[[int, str], None]) -> None:
+        self.on_signal, self.signum, self._old = on_signal, None, {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+            with contextlib.suppress(Exception):
+                self.on_signal(signum, self.message)
+        raise RunInterrupted(self.message, signum)
+
+    @property
+    def message(self) -> str:
+        return f"interrupted by {signal.Signals(self.signum).name}" if self.signum else "interrupted"
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
 
 
 def execute_run(
@@ -177,31 +228,79 @@ def execute_run(
 
     ``inputs`` (input name -> sha256) may be a callable that prepares the source: it then runs under the
     spec lock (two runs never normalise the same source at once) and a failure there (a tampered mirror
-    file, a missing source) is recorded in the catalog too, as ``failed`` or ``skipped``.
+    file, a missing source) is recorded too, as ``failed`` or ``skipped``.
 
     ``reuse``: when a succeeded run with the same cache key has an intact package, record a ``reused``
-    run pointing at it and return its tables instead of computing (never for ``out_dir`` packages)."""
+    run pointing at it and return its tables instead of computing (never for ``out_dir`` packages).
+
+    The run's record (``$DCAUDIT_HOME/records/<run_id>.json``) is the registry; catalog.duckdb is
+    refreshed afterwards and a refresh that fails only adds a note. A full disk or a read-only workspace
+    raises WorkspaceError (one line); SIGTERM/SIGINT record the run as failed at once and raise
+    RunInterrupted."""
     catalog = Catalog(settings)
     run_id = new_run_id(name)
     run_dir = Path(out_dir) if out_dir else settings.runs_dir / run_id
     lock = settings.home / "locks" / f"{name}.lock"
-    with _spec_lock(lock, name):
-        started = time.monotonic()
-        stale = catalog.mark_stale_runs_failed(name)
-        for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
-            shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
-        if stale and not quiet:
-            console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; "
-                          "marked failed[/yellow]")
-        sha, code = git_sha(), code_hash()
+    phase = {"now": "locking"}
+    try:
+        with _spec_lock(lock, name):
+            return _locked_run(settings, catalog, run_id, run_dir, phase, name=name, spec_payload=spec_payload,
+                               spec_hash=spec_hash, inputs=inputs, compute=compute, out_dir=out_dir,
+                               replace_existing=replace_existing, reuse=reuse, quiet=quiet)
+    except OSError as exc:
+        what = {"locking": "the run did not start", "preparing": "the run did not start",
+                "running": f"run {run_id} failed and is recorded as failed"}.get(phase["now"], f"run {run_id}")
+        if phase.get("unrecorded"):
+            what = f"run {run_id} failed; its record could not be updated (the next run of {name!r} marks it failed)"
+        err = _workspace_error(exc, settings, what)
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path, phase: dict, *, name: str,
+                spec_payload: Mapping[str, Any], spec_hash: str,
+                inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
+                compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]], out_dir: Path | None,
+                replace_existing: bool, reuse: bool, quiet: bool) -> RunResult:
+    started = time.monotonic()
+    stale = catalog.mark_stale_runs_failed(name)
+    for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
+        shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
+    if stale and not quiet:
+        console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; marked failed[/yellow]")
+    sha, code = git_sha(), code_hash()
+
+    def fail(status: str, error: str) -> None:
+        """Record the failure; a full disk may refuse even that (the next run marks it failed)."""
+        try:
+            if phase["now"] == "running":
+                catalog.finish_run(run_id, status=status, seconds=time.monotonic() - started, error=error,
+                                   refresh=False)
+            else:
+                catalog.record_failure(run_id, spec=name, spec_hash=spec_hash, run_dir=run_dir, status=status,
+                                       error=error, seconds=time.monotonic() - started,
+                                       package_version=dcaudit.__version__, git_sha=sha, code_hash=code)
+        except OSError:
+            phase["unrecorded"] = True
+
+    def on_signal(signum: int, message: str) -> None:
+        if phase["now"] == "done":   # the run already has its final record
+            return
+        fail("failed", message)
+        console.print(f"[red]run {run_id} of {name!r} {message}; recorded as failed[/red]")
+
+    with _Signals(on_signal) as signals:
+        phase["now"] = "preparing"
         try:
             inputs = dict(inputs() if callable(inputs) else inputs)
         except BaseException as exc:
-            catalog.record_failure(run_id, spec=name, spec_hash=spec_hash, run_dir=run_dir,
-                                   status="skipped" if isinstance(exc, MissingSourceError) else "failed",
-                                   error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started,
-                                   package_version=dcaudit.__version__, git_sha=sha, code_hash=code)
-            raise
+            if signals.signum is None:
+                fail("skipped" if isinstance(exc, MissingSourceError) else "failed", f"{type(exc).__name__}: {exc}")
+                _refresh_quietly(catalog, quiet)
+                raise
+            _refresh_quietly(catalog, quiet)
+            raise RunInterrupted(signals.message, signals.signum) from exc
         key = cache_key(spec_hash, inputs, dcaudit.__version__, code)
         earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
         if earlier is not None:
@@ -209,9 +308,11 @@ def execute_run(
             if not damaged:
                 seconds = time.monotonic() - started
                 catalog.record_reuse(run_id, spec=name, earlier=earlier, cache_key=key, seconds=seconds)
+                phase["now"] = "done"
                 note = (f"{name}: unchanged since run {earlier.run_id} (same spec, inputs and code); "
                         "reused its results (--force recomputes)")
-                return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, (note,),
+                notes = (note, *_refresh_quietly(catalog, quiet))
+                return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, notes,
                                  reused_from=earlier.run_id)
             if not quiet:
                 console.print(f"[yellow]run {earlier.run_id} matches but its package is damaged "
@@ -219,6 +320,7 @@ def execute_run(
         catalog.start_run(run_id, spec=name, spec_hash=spec_hash, input_hashes=inputs,
                           package_version=dcaudit.__version__, git_sha=sha, run_dir=run_dir,
                           cache_key=key, code_hash=code)
+        phase["now"] = "running"
         try:
             tables, extra = compute()
             manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
@@ -229,12 +331,28 @@ def execute_run(
             write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
                           finalize=_write_report)
         except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
-            catalog.finish_run(run_id, status="failed", seconds=time.monotonic() - started,
-                               error=f"{type(exc).__name__}: {exc}")
+            if signals.signum is None:
+                fail("failed", f"{type(exc).__name__}: {exc}")
+            else:
+                fail("failed", signals.message)   # e.g. DuckDB reports the interrupt as "Query interrupted"
+            _refresh_quietly(catalog, quiet)
+            if signals.signum is not None and not isinstance(exc, RunInterrupted):
+                raise RunInterrupted(signals.message, signals.signum) from exc
             raise
         seconds = time.monotonic() - started
-        catalog.finish_run(run_id, status="succeeded", seconds=seconds)
-    return RunResult(run_id, run_dir, tables, seconds, tuple(extra.get("notes", ())))
+        catalog.finish_run(run_id, status="succeeded", seconds=seconds, refresh=False)
+        phase["now"] = "done"
+    notes = (*tuple(extra.get("notes", ())), *_refresh_quietly(catalog, quiet))
+    return RunResult(run_id, run_dir, tables, seconds, notes)
+
+
+def _refresh_quietly(catalog: Catalog, quiet: bool) -> tuple[str, ...]:
+    """Refresh catalog.duckdb after a run; a failure is a note (the next command refreshes it)."""
+    note = catalog.try_refresh()
+    if note is None:
+        return ()
+    console.print(f"[yellow]{note}[/yellow]")
+    return (note,)
 
 
 @dataclass(frozen=True)

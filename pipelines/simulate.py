@@ -48,7 +48,7 @@ def run_simulation(settings: Settings, experiment: str, seeds: int | None = None
     def compute() -> tuple[dict[str, pa.Table], dict[str, object]]:
         tables = fn(cfg)
         notes = [f"{experiment}: {getattr(cfg, seed_field)} {seed_field.replace('_', ' ')} "
-                 "(seeds as in PAPER-NOTES §9, numpy default_rng)"]
+                 "(the paper's seeds, docs/reference.md; numpy default_rng)"]
         return tables, {"source": SOURCE, "notes": notes}
 
     return execute_run(settings, name=f"simulate-{experiment}", spec_payload=payload, spec_hash=spec_hash,

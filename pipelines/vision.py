@@ -32,7 +32,7 @@ def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipeline
     is_file = bool(user_file.suffix) or user_file.exists()
     ambiguous_all = 0
     for table, view in ctx.tables.items():
-        if table == "images":  # the connector's per-image table, audited by the spec's plain [[audits]]
+        if table == "images" or table.endswith("-pixels"):  # per-image evidence ([[audits]]) and thumbnails
             continue
         if is_file:  # a user's predictions: registered with row numbers, so errors can name the row
             norm = vision_predictions.validate_predictions(ctx.con, view, file=str(user_file),

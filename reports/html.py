@@ -1,16 +1,18 @@
-"""The human view of an evidence package: one self-contained ``report.html`` (inline CSS and SVG).
+"""The human view of an evidence package: one self-contained ``report.html``.
 
-It opens offline (no scripts, fonts or images from anywhere), and shows whatever tables the package
-has — summary, fibers, candidates, completion, replay, choice, metrics, sensitivity, and any other
-table as a plain preview — followed by provenance from ``manifest.json``. The Parquet files stay the
-results; numbers here are formatted from them by DuckDB queries over the package's Arrow tables.
+It opens offline (inline CSS, inline SVG charts drawn by matplotlib, one inline script for the fiber
+explorer; nothing is loaded from anywhere) and shows whatever tables the package has — summary,
+fibers (with the explorer of every mixed fiber and its members), candidates, completion, replay,
+choice, metrics, sensitivity, and any other table as a plain preview — followed by provenance from
+``manifest.json``. The Parquet files stay the results; numbers here are formatted from them by DuckDB
+queries over the package's Arrow tables.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dcaudit.errors import IntegrityError
-from dcaudit.reports import svg
+from dcaudit.reports import charts, explorer
 from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
 
 REPORT_NAME = "report.html"
@@ -27,7 +29,8 @@ MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file h
 MAX_BARS = 40          # bars in one chart
 MAX_CHARTS = 6         # charts of one kind (e.g. one completion chart per audit)
 STATUS_ORDER = ("certified_true", "certified_false", "ambiguous", "unsupported")
-REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire", "price_aware",
+                   "price_aware_conservative")
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -46,7 +49,18 @@ class Package:
     """A package directory as DuckDB views over its Parquet files (nothing is loaded whole: candidates
     tables of large runs stay on disk), plus the schemas and row counts from the Parquet footers."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path | None, *, tables: Mapping[str, pa.Table] | None = None,
+                 manifest: Mapping[str, object] | None = None) -> None:
+        self.con = duckdb.connect()
+        if tables is not None:   # plain Arrow tables of the package schema (notebook views)
+            self.dir = Path(run_dir or ".")
+            self.manifest = dict(manifest or {})
+            self.schemas = {name: t.schema for name, t in tables.items()}
+            self.rows = {name: t.num_rows for name, t in tables.items()}
+            for name, t in tables.items():
+                self.con.register(f"_arrow_{name}", t)
+                self.con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "_arrow_{name}"')
+            return
         self.dir = Path(run_dir)
         problems = verify_package(self.dir)
         if problems:
@@ -56,7 +70,6 @@ class Package:
         files = {p.stem: p for p in sorted(self.dir.glob("*.parquet"))}
         self.schemas = {name: pq.read_schema(path) for name, path in files.items()}
         self.rows = {name: pq.read_metadata(path).num_rows for name, path in files.items()}
-        self.con = duckdb.connect()
         for name, path in files.items():
             self.con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM read_parquet(\'{str(path).replace(chr(39), chr(39) * 2)}\')')
 
@@ -82,8 +95,9 @@ class Package:
 # ---------------------------------------------------------------- formatting helpers
 
 def _is_fraction(column: str) -> bool:
-    return (column.endswith(("fraction", "_rate", "_share", "_risk", "prevalence")) or "fraction_p" in column
-            or "_rate_p" in column or column in {"risk_bound", "risk_bound_max", "relative_cost_reduction"})
+    return (column.endswith(("fraction", "_rate", "_share", "_risk", "prevalence")) or "fraction_" in column
+            or "_rate_" in column or "_risk_" in column
+            or column in {"risk_bound", "risk_bound_max", "relative_cost_reduction"})
 
 
 def _cell(column: str, value: object) -> tuple[str, bool]:
@@ -168,9 +182,9 @@ def _section_summary(pkg: Package) -> str:
             f'<span class="kpi"><b>{100 * (first.get("certified_fraction") or 0):.3g}%</b>certified</span>'
             f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
             f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
-        bars = [svg.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
+        bars = [charts.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
         n = pkg.rows["summary"]
-        parts.append(svg.stacked_bars(bars, title="Candidates by status, per audit"
+        parts.append(charts.stacked_bars(bars, title="Candidates by status, per audit"
                                       + (f" (first {len(bars)} of {n} rows)" if n > len(bars) else "")))
     cols = ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support", "n_candidates", "n_excluded",
             "n_fibers", "n_mixed_fibers", "certified_true", "certified_false", "ambiguous", "unsupported",
@@ -183,45 +197,37 @@ def _section_summary(pkg: Package) -> str:
     return "".join(parts)
 
 
-def _fiber_audits(pkg: Package) -> list[str | None]:
-    """One audit per distinct (claim, evidence, fiber rule): audits differing only in min_support have the
-    same fibers (only certified/unsupported labels differ, which the summary shows)."""
-    if "audit_id" not in pkg.cols("fibers"):
-        return [None]
-    keys = _present(pkg, "summary", ("claim", "evidence", "fiber_rule"))
-    if pkg.has("summary", "audit_id", "min_support") and keys:
-        q = (f"SELECT first(audit_id ORDER BY min_support, audit_id) FROM summary GROUP BY {', '.join(keys)} "
-             "ORDER BY 1")
-        chosen = pkg.sql(q).column(0).to_pylist()
-        present = set(pkg.sql("SELECT DISTINCT audit_id FROM fibers").column(0).to_pylist())
-        if set(chosen) & present:
-            return [a for a in chosen if a in present]
-    return pkg.sql("SELECT DISTINCT audit_id FROM fibers ORDER BY 1").column(0).to_pylist()
-
-
-def _section_fibers(pkg: Package) -> str:
+def _section_fibers(pkg: Package, data: dict | None = None) -> str:
     if not pkg.has("fibers", "n"):
         return ""
     cols = pkg.cols("fibers")
     mixed_first = "(status = 'ambiguous') DESC, " if "status" in cols else ""
-    wanted = _present(pkg, "fibers", ("audit_id", "model", "evidence_key", "n", "n_true", "status"))
+    wanted = _present(pkg, "fibers", ("audit_id", "model", "split", "evidence_key", "n", "n_true", "status",
+                                      "mixed_kind"))
     if "evidence_key" not in wanted and "fiber_key" in cols:
         wanted.insert(2, "fiber_key")
-    audits = _fiber_audits(pkg)
+    audits = explorer.fiber_audits(pkg)
+    n_audits = (pkg.sql("SELECT count(DISTINCT audit_id) FROM fibers").column(0)[0].as_py()
+                if "audit_id" in cols else 1)
     parts = ["<h2 id='fibers'>Fibers</h2>",
-             '<p class="note">Largest mixed fibers first: the evidence patterns that cannot decide the claim, '
-             "and where a new probe would pay off most. Bars: fiber size relative to the largest, split by "
-             "claim value for mixed fibers."
+             '<p class="note">Fiber sizes by status, and the largest mixed fibers: the evidence patterns that '
+             "cannot decide the claim, and where a new probe would pay off most. Bars: fiber size relative to "
+             "the largest, split by claim value."
              + (" Audits that differ only in min_support share their fibers; one of them is shown."
-                if audits != [None] and len(audits) < pkg.sql("SELECT count(DISTINCT audit_id) FROM fibers")
-                .column(0)[0].as_py() else "") + "</p>"]
-    charts = []
+                if audits != [None] and len(audits) < n_audits else "") + "</p>"]
+    figs = []
     for audit in audits[:MAX_CHARTS]:
-        where = "TRUE" if audit is None else f"audit_id = '{audit.replace(chr(39), chr(39) * 2)}'"
+        where = "TRUE" if audit is None else f"audit_id = {explorer.lit(audit)}"
+        name = "" if audit is None else f" — {audit}"
+        if "status" in cols:
+            sizes = pkg.sql(f"SELECT status, list(n) AS n FROM fibers WHERE {where} GROUP BY status").to_pylist()
+            by = {r["status"]: r["n"] for r in sizes}
+            figs.append(charts.fiber_sizes({k: by[k] for k in (*STATUS_ORDER, *sorted(by)) if k in by},
+                                           title=f"Fiber sizes by status{name}"))
         rows = pkg.sql(f"SELECT {_label_expr(pkg, 'fibers', ('evidence_key', 'model'))} AS label, n, "
                        f"{'n_true' if 'n_true' in cols else 'NULL'} AS n_true, "
                        f"{'status' if 'status' in cols else 'NULL'} AS status FROM fibers WHERE {where} "
-                       f"ORDER BY {mixed_first}n DESC LIMIT 25").to_pylist()
+                       f"ORDER BY {mixed_first}n DESC LIMIT 12").to_pylist()
         total = max((r["n"] for r in rows), default=1) or 1
         bars = []
         for r in rows:
@@ -231,18 +237,17 @@ def _section_fibers(pkg: Package) -> str:
             else:
                 segs = ((r["status"] or "fiber", r["n"] / total),)
                 note = str(r["n"])
-            bars.append(svg.StackedBar(str(r["label"]), segs, note))
-        charts.append(svg.stacked_bars(
-            bars, title=f"Largest fibers{'' if audit is None else ' — ' + audit}",
-            colours={**svg.STATUS_COLOURS, "claim true": "#D55E00", "claim false": "#E69F00"}))
-    parts.append('<div class="figs">' + "".join(charts) + "</div>")
+            bars.append(charts.StackedBar(str(r["label"]), segs, note))
+        figs.append(charts.stacked_bars(bars, title=f"Largest fibers{name}", kind="largest-fibers", percent=False))
+    parts.append('<div class="figs">' + "".join(figs) + "</div>")
     share = ", n_true / n AS share_true" if "n_true" in cols else ""
-    where = ("TRUE" if audits == [None] else
-             "audit_id IN (" + ", ".join("'" + a.replace("'", "''") + "'" for a in audits) + ")")
+    where = ("TRUE" if audits == [None] else "audit_id IN (" + ", ".join(explorer.lit(a) for a in audits) + ")")
     table = pkg.sql(f"SELECT {', '.join(chr(34) + c + chr(34) for c in wanted)}{share} FROM fibers "
                     f"WHERE {where} ORDER BY {mixed_first}n DESC LIMIT {MAX_ROWS}")
     total = pkg.sql(f"SELECT count(*) FROM fibers WHERE {where}").column(0)[0].as_py()
-    parts.append(html_table(table, total=total))
+    parts.append(explorer.section(data))
+    parts.append("<details><summary>The fibers table (largest first)</summary>" + html_table(table, total=total)
+                 + "</details>")
     return "".join(parts)
 
 
@@ -280,13 +285,13 @@ def _section_completion(pkg: Package) -> str:
                        + f" FROM completion WHERE {where} GROUP BY policy ORDER BY policy").to_pylist()
         # one band (the recommended policy's) keeps the chart readable; the table has every p10/p90
         shaded = "response_rank" if any(r["policy"] == "response_rank" for r in rows) else rows[0]["policy"]
-        figs = [svg.line_chart([svg.Series(r["policy"], tuple(r["x"]), tuple(r["y"]),
+        figs = [charts.line_chart([charts.Series(r["policy"], tuple(r["x"]), tuple(r["y"]),
                                            tuple(r["lo"]) if band and r["policy"] == shaded else None,
                                            tuple(r["hi"]) if band and r["policy"] == shaded else None)
                                 for r in rows], title=f"Certified fraction — {g}", x_label="probes added",
                                y_label="certified")]
         if "false_decision_rate" in cols and any(v is not None for r in rows for v in r["f"]):
-            figs.append(svg.line_chart([svg.Series(r["policy"], tuple(r["x"]), tuple(r["f"])) for r in rows],
+            figs.append(charts.line_chart([charts.Series(r["policy"], tuple(r["x"]), tuple(r["f"])) for r in rows],
                                        title=f"False-decision rate — {g}", x_label="probes added",
                                        y_label="false decisions"))
         parts.append('<div class="figs">' + "".join(figs) + "</div>")
@@ -322,9 +327,23 @@ def _section_replay(pkg: Package) -> str:
             where = f"{summary_rows} AND {label} = '{g.replace(chr(39), chr(39) * 2)}'"
             rows = pkg.sql(f"SELECT policy, {metric} AS v" + (f", {lo} AS lo, {hi} AS hi" if has_band else "")
                            + f" FROM replay WHERE {where} ORDER BY {order}, policy").to_pylist()
-            figs.append(svg.interval_chart(
-                [svg.Interval(r["policy"], r["v"], r.get("lo"), r.get("hi")) for r in rows],
+            figs.append(charts.interval_chart(
+                [charts.Interval(r["policy"], r["v"], r.get("lo"), r.get("hi")) for r in rows],
                 title=f"{title} — {g}", x_label=metric.replace("_", " ")))
+        parts.append('<div class="figs">' + "".join(figs) + "</div>")
+    if {"prices", "total_cost"} <= cols:
+        figs = []
+        for g in groups[:MAX_CHARTS]:
+            where = f"{summary_rows} AND {label} = {explorer.lit(g)} AND total_cost IS NOT NULL"
+            rows = pkg.sql(f"SELECT policy, prices AS x, total_cost AS y FROM replay WHERE {where} "
+                           f"ORDER BY {order}, policy").to_pylist()
+            series = [charts.Series(r["policy"], tuple(r["x"] or ()), tuple(r["y"] or ())) for r in rows
+                      if r["x"] and r["y"] and len(r["x"]) == len(r["y"])]
+            if series:
+                figs.append(charts.line_chart(series, title=f"Cost against the price of a measurement — {g}",
+                                              x_label="price per measurement (in false decisions)",
+                                              y_label="total cost (false decisions + price × measurements)",
+                                              percent=False, log_x=True, kind="replay-cost"))
         parts.append('<div class="figs">' + "".join(figs) + "</div>")
     wanted = ("audit_id", "model", "certification", "policy", "n_seeds", "certified_fraction", "false_decision_rate",
               "false_decision_rate_p10", "false_decision_rate_p90", "false_rate_certified", "risk_bound",
@@ -333,25 +352,103 @@ def _section_replay(pkg: Package) -> str:
     return "".join(parts)
 
 
+def _section_costs(pkg: Package) -> str:
+    """Cost per candidate against the price of a measurement, per policy (mean over seeds, band p10–p90)."""
+    if not pkg.has("costs", "policy", "price", "cost_per_candidate"):
+        return ""
+    cols = pkg.cols("costs")
+    mean = "seed IS NULL" if "seed" in cols else "TRUE"
+    keys = _present(pkg, "costs", ("audit_id", "model", "certification", "mode"))
+    label = _label_expr(pkg, "costs", keys)
+    groups = pkg.sql(f"SELECT DISTINCT {label} AS g FROM costs WHERE {mean} ORDER BY g").column(0).to_pylist()
+    band = {"cost_per_candidate_p10", "cost_per_candidate_p90"} <= cols
+    parts = ["<h2 id='costs'>Costs at a price</h2>",
+             '<p class="note">Cost per candidate (false decisions plus price × measurements, in units of one false '
+             "decision) against the price of one measurement, per policy: mean over seeds, band p10–p90. The "
+             "cheapest policy at a price is the one to act with.</p>"]
+    figs = []
+    for g in groups[:MAX_CHARTS]:
+        rows = pkg.sql("SELECT policy, list(price ORDER BY price) AS x, list(cost_per_candidate ORDER BY price) AS y"
+                       + (", list(cost_per_candidate_p10 ORDER BY price) AS lo, "
+                          "list(cost_per_candidate_p90 ORDER BY price) AS hi" if band else "")
+                       + f" FROM costs WHERE {mean} AND {label} = {explorer.lit(g)} GROUP BY policy "
+                       f"ORDER BY list_position({list(REPLAY_POLICIES)}, policy), policy").to_pylist()
+        figs.append(charts.line_chart(
+            [charts.Series(r["policy"], tuple(r["x"]), tuple(r["y"]), tuple(r["lo"]) if band else None,
+                           tuple(r["hi"]) if band else None) for r in rows],
+            title=f"Cost per candidate — {g}", x_label="price per measurement (in false decisions)",
+            y_label="cost per candidate", percent=False, log_x=True, kind="costs"))
+    parts.append('<div class="figs">' + "".join(figs) + "</div>")
+    wanted = ("audit_id", "model", "certification", "mode", "policy", "price", "n_seeds", "cost_per_candidate",
+              "cost_per_candidate_p10", "cost_per_candidate_p90", "measured_fraction", "false_rate", "cheapest",
+              "best_baseline", "diff_vs_best", "diff_low", "diff_high")
+    parts.append(html_table(_select(pkg, "costs", wanted, mean, ", ".join([*keys, "price", "policy"]))))
+    return "".join(parts)
+
+
+def _section_findings(pkg: Package) -> str:
+    if not pkg.has("findings"):
+        return ""
+    cols = pkg.cols("findings")
+    parts = ["<h2 id='findings'>Findings</h2>",
+             '<p class="note">Rows the inputs raised a flag on (kept, never dropped silently): bad rows, duplicates, '
+             "conflicting records, leaks.</p>"]
+    if "kind" in cols:
+        parts.append(html_table(pkg.sql("SELECT kind, count(*) AS rows FROM findings GROUP BY kind "
+                                        "ORDER BY rows DESC, kind")))
+    parts.append(html_table(pkg.table("findings"), total=pkg.rows["findings"]))
+    return "".join(parts)
+
+
+def _resolution(rule: str | None) -> float | None:
+    """The number in a fiber rule (``quantile:20`` -> 20, ``window:0.042`` -> 0.042)."""
+    try:
+        return float(str(rule).split(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def _section_sensitivity(pkg: Package) -> str:
     if not pkg.has("sensitivity"):
         return ""
     cols = pkg.cols("sensitivity")
     parts = ["<h2 id='sensitivity'>Resolution sensitivity</h2>",
              '<p class="note">The same evidence read at several fiber rules: finer rules make smaller fibers, '
-             "which are purer but less supported.</p>"]
-    if {"certified_fraction", "ambiguous_fraction"} <= cols:
-        label = _label_expr(pkg, "sensitivity", ("audit_id", "model", "fiber_rule"))
-        unsup = "unsupported_fraction" if "unsupported_fraction" in cols else "0.0"
-        rows = pkg.sql(f"SELECT {label} AS label, certified_fraction AS c, ambiguous_fraction AS a, "
-                       f"{unsup} AS u FROM sensitivity LIMIT {MAX_BARS}").to_pylist()
-        parts.append(svg.stacked_bars([svg.StackedBar(r["label"], (("certified", r["c"] or 0.0),
-                                                                   ("ambiguous", r["a"] or 0.0),
-                                                                   ("unsupported", r["u"] or 0.0)))
-                                       for r in rows], title="Candidates by status, per fiber rule",
-                                      colours={**svg.STATUS_COLOURS, "certified": "#009E73"}))
+             "which are purer but less supported. One chart per audit and kind of rule; lines are the mean "
+             "over models, bands their range.</p>"]
+    if {"certified_fraction", "ambiguous_fraction", "fiber_rule"} <= cols:
+        keys = _present(pkg, "sensitivity", ("audit_id",))
+        label = _label_expr(pkg, "sensitivity", keys)
+        kind = "rule_kind" if "rule_kind" in cols else "split_part(fiber_rule, ':', 1)"
+        unsup = "unsupported_fraction" if "unsupported_fraction" in cols else "NULL"
+        rows = pkg.sql(f"SELECT {label} AS g, {kind} AS kind, fiber_rule, avg(certified_fraction) AS c, "
+                       "min(certified_fraction) AS c_lo, max(certified_fraction) AS c_hi, "
+                       "avg(ambiguous_fraction) AS a, min(ambiguous_fraction) AS a_lo, max(ambiguous_fraction) AS a_hi, "
+                       f"avg({unsup}) AS u FROM sensitivity GROUP BY ALL ORDER BY g, kind").to_pylist()
+        groups: dict[tuple, list[dict]] = {}
+        for r in rows:
+            if _resolution(r["fiber_rule"]) is not None:
+                groups.setdefault((r["g"], r["kind"]), []).append(r)
+        figs = []
+        for (g, kind_name), rs in list(groups.items())[: 2 * MAX_CHARTS]:
+            rs.sort(key=lambda r: _resolution(r["fiber_rule"]))
+            x = tuple(_resolution(r["fiber_rule"]) for r in rs)
+            series = [charts.Series("certified", x, tuple(r["c"] for r in rs), tuple(r["c_lo"] for r in rs),
+                                    tuple(r["c_hi"] for r in rs)),
+                      charts.Series("ambiguous", x, tuple(r["a"] for r in rs), tuple(r["a_lo"] for r in rs),
+                                    tuple(r["a_hi"] for r in rs))]
+            if any(r["u"] for r in rs):
+                series.append(charts.Series("unsupported", x, tuple(r["u"] for r in rs)))
+            figs.append(charts.line_chart(series, title=f"{g} — {kind_name}", x_label=_RESOLUTION_LABEL.get(
+                kind_name, f"{kind_name} parameter"), y_label="candidates", kind="sensitivity",
+                log_x=len(x) > 1 and min(x) > 0 and max(x) / min(x) >= 8))
+        parts.append('<div class="figs">' + "".join(figs) + "</div>")
     parts.append(html_table(pkg.table("sensitivity"), total=pkg.rows["sensitivity"]))
     return "".join(parts)
+
+
+_RESOLUTION_LABEL = {"quantile": "quantile bins (k)", "width": "bin width", "knn": "neighbours (k)",
+                     "window": "window tolerance"}
 
 
 def _section_choice(pkg: Package) -> str:
@@ -367,7 +464,7 @@ def _section_choice(pkg: Package) -> str:
         rows = pkg.sql(f"SELECT {label} AS label, avg(certified_fraction) AS v, min(certified_fraction) AS lo, "
                        f"max(certified_fraction) AS hi FROM choice GROUP BY 1 ORDER BY 1 LIMIT {MAX_BARS}"
                        ).to_pylist()
-        parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
+        parts.append(charts.interval_chart([charts.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
                                         title="Certified fraction per model (mean; whisker = range)",
                                         x_label="certified fraction"))
     parts.append(html_table(pkg.table("choice"), total=pkg.rows["choice"]))
@@ -387,7 +484,7 @@ def _section_metrics(pkg: Package) -> str:
                        "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
                        f"LIMIT {MAX_BARS}").to_pylist()
         if rows:
-            parts.append(svg.interval_chart([svg.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
+            parts.append(charts.interval_chart([charts.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
                                             title="Metrics in [0, 1] (whisker = confidence interval)",
                                             x_label="value"))
     parts.append(html_table(pkg.table("metrics"), total=pkg.rows["metrics"]))
@@ -445,34 +542,50 @@ def _section_provenance(pkg: Package) -> str:
 
 
 SECTIONS: tuple[Callable[[Package], str], ...] = (
-    _section_summary, _section_fibers, _section_candidates, _section_completion, _section_replay,
-    _section_sensitivity, _section_choice, _section_metrics, _section_other, _section_provenance)
+    _section_summary, _section_fibers, _section_candidates, _section_findings, _section_completion,
+    _section_replay, _section_costs, _section_sensitivity, _section_choice, _section_metrics, _section_other,
+    _section_provenance)
 
 
-def render_report(run_dir: Path) -> str:
-    """The report of the package in ``run_dir`` as one HTML document (raises IntegrityError if damaged)."""
+def page(title: str, subtitle: str, body: Iterable[str], nav: Sequence[str] = ()) -> str:
+    """One self-contained HTML document (the report's CSS, the explorer's CSS)."""
+    text = "".join(body)
+    links = " · ".join(f'<a href="#{n}">{n}</a>' for n in nav if f"id='{n}'" in text)
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{escape(title)}</title><style>{CSS}{explorer.CSS}</style></head><body>"
+            f"<h1>{escape(title)}</h1><p class='note'>{subtitle}{' · ' + links if links else ''}</p>"
+            + text + "</body></html>")
+
+
+def render_report(run_dir: Path, *, extra_sources: Iterable[Mapping[str, object]] = (),
+                  member_budget: int = explorer.MEMBER_BUDGET, picture_budget: int = explorer.PICTURE_BUDGET) -> str:
+    """The report of the package in ``run_dir`` as one HTML document (raises IntegrityError if damaged).
+
+    ``extra_sources``: more source tables for the explorer's member details, as manifest ``sources``
+    entries (``{"table": name, "path": parquet}``), e.g. a pixel table of a vision run.
+    """
     pkg = Package(run_dir)
     try:
-        body = [section(pkg) for section in SECTIONS]
+        data = explorer.explorer_data(pkg, extra_sources=extra_sources, member_budget=member_budget,
+                                      picture_budget=picture_budget)
+        body = [_section_fibers(pkg, data) if section is _section_fibers else section(pkg)
+                for section in SECTIONS]
     finally:
         pkg.con.close()
     m = pkg.manifest
     title = f"dcaudit — {m.get('spec') or pkg.dir.name}: {m.get('run_id', '')}"
-    nav = " · ".join(f'<a href="#{n}">{n}</a>' for n in (*PACKAGE_TABLES, "provenance")
-                     if f"id='{n}'" in "".join(body))
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{escape(title)}</h1><p class='note'>source {escape(str(m.get('source', '')))} · "
-            f"{escape(str(m.get('started_at', '')))} · {escape(str(m.get('seconds', '')))} s · {nav}</p>"
-            + "".join(body) + "</body></html>")
+    subtitle = (f"source {escape(str(m.get('source', '')))} · {escape(str(m.get('started_at', '')))} · "
+                f"{escape(str(m.get('seconds', '')))} s")
+    return page(title, subtitle, body, (*PACKAGE_TABLES[:2], "explorer", *PACKAGE_TABLES[2:], "provenance"))
 
 
-def write_report(run_dir: Path, target: Path | None = None) -> Path:
+def write_report(run_dir: Path, target: Path | None = None, *,
+                 extra_sources: Iterable[Mapping[str, object]] = ()) -> Path:
     """Render and write ``report.html`` (into the package unless ``target``) through a temporary file."""
     run_dir = Path(run_dir)
     target = Path(target) if target else run_dir / REPORT_NAME
-    text = render_report(run_dir)
+    text = render_report(run_dir, extra_sources=extra_sources)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, target)

@@ -193,3 +193,12 @@ def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
                             policies=["response_rank", "random"], random_draws=2)
     steps = done.completion.filter(pl.col("seed").is_null())
     assert set(steps["policy"]) == {"response_rank", "random"} and steps["step"].max() == 2
+
+
+def test_notebook_view_renders_the_summary_and_mixed_fibers() -> None:
+    frame = pl.DataFrame({"id": [f"c{i}" for i in range(12)], "e": [i % 3 for i in range(12)],
+                          "y": [int(i % 3 == 0 or i == 4) for i in range(12)]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id")
+    html = r._repr_html_()
+    assert "<script" not in html and "c4" in html  # a member of the mixed fiber is listed
+    assert "ambiguous" in html.lower()

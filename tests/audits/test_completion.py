@@ -1,5 +1,5 @@
 """Completion curves: known answers on hand-built tables, a from-scratch plain-Python reference,
-the invariants of DESIGN §7, seed reproducibility, and the paper's Tox21 probe acquisition."""
+the invariants of docs/reference.md, seed reproducibility, and the paper's Tox21 probe acquisition."""
 
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def test_seeds_are_reproducible_and_independent_of_the_seed_count() -> None:
 
 
 def test_continuous_probe_under_quantile_fibers() -> None:
-    """JARVIS-like (PAPER-NOTES §6.3): quantile fibers over a weak benchmark observable; a probe that nearly
+    """JARVIS-like (docs/reference.md): quantile fibers over a weak benchmark observable; a probe that nearly
     measures the deployment response (the MBJ gap) beats one that repeats the benchmark (fe_control)."""
     rng = np.random.default_rng(3)
     n = 800
@@ -299,7 +299,7 @@ def settings_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DCAUDIT_OFFLINE", "1")
 
 
-# --- the paper's Tox21 probe acquisition (PAPER-NOTES §6.2) --------------------------------------------------------
+# --- the paper's Tox21 probe acquisition (docs/reference.md) --------------------------------------------------------
 
 def test_tox21_probe_acquisition(tox21_settings) -> None:  # noqa: ANN001 - fixture
     from dcaudit.connectors import tox21

@@ -1,4 +1,4 @@
-"""The SQL fiber audit against a plain-Python reference, and the invariants of DESIGN §7."""
+"""The SQL fiber audit against a plain-Python reference, and the invariants of docs/reference.md."""
 
 from __future__ import annotations
 

@@ -549,7 +549,7 @@ NR = ("NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-
 
 
 def test_tox21_replay_lands_near_paper(tox21_settings) -> None:  # noqa: ANN001
-    """PAPER-NOTES §4.1 (100 seeds, 50/50, min_support 50): fiber majority 1.19 % false, global 1.18 %,
+    """docs/reference.md (100 seeds, 50/50, min_support 50): fiber majority 1.19 % false, global 1.18 %,
     certified 0.66 %, certify-then-acquire 0.027 % false with 99.3 % acquired, break-even 0.0117.
     Splits differ from the paper's (hash, not numpy's generator): agreement is within sampling error.
     Certification is rare (a large mixed fiber certifies only when all its few actives fall in test),
@@ -569,7 +569,7 @@ def test_tox21_replay_lands_near_paper(tox21_settings) -> None:  # noqa: ANN001
     assert s["certify_then_acquire"]["false_decision_rate"] <= 0.0008
     assert s["certify_then_acquire"]["acquired_fraction"] == pytest.approx(0.993, abs=0.005)
     assert s["certify_then_acquire"]["break_even_price"] == pytest.approx(0.0117, abs=0.0015)
-    # the cost grid: certify-then-acquire pays at 0.001 per measurement, not at 0.025 (PAPER-NOTES §4.3)
+    # the cost grid: certify-then-acquire pays at 0.001 per measurement, not at 0.025 (docs/reference.md)
     reduction = dict(zip(PRICE_GRID, s["certify_then_acquire"]["relative_cost_reduction"], strict=True))
     assert reduction[0.001] == pytest.approx(0.89, abs=0.05)
     assert reduction[0.025] < -0.8

@@ -193,6 +193,12 @@ def test_run_spec_with_the_vision_connector(settings) -> None:
     assert len(rows) == 2 * 2 + 2
     assert any("pooled fiber audit agrees" in n for n in result.notes)
     assert any(n.startswith("vision-digits: median ambiguous") for n in result.notes)
+    # the report draws each member's clean image and corruptions from the connector's pixel table
+    from dcaudit.reports import explorer
+    from dcaudit.reports.html import Package
+
+    data = explorer.explorer_data(Package(result.run_dir))
+    assert data is not None and any(str(k).startswith("i:digits-pixels:") for k in data["pics"])
     # the second run reuses the cached predictions instead of refitting
     again = v.prepare(settings, v.Options(datasets=("digits",), digits_splits=2, digits_models=("logistic", "gaussian_nb")))
     assert any("reused" in n for n in again.notes)

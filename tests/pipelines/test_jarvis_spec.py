@@ -54,8 +54,8 @@ def test_fifteen_models_median_certified_zero(run: dict[str, pl.DataFrame]) -> N
     metrics = run["metrics"].filter(pl.col("experiment") == "fe-gap")
     value = dict(metrics.select("metric", "value").iter_rows())
     assert value["n_groups"] == 15
-    assert value["median_certified_fraction"] == 0.0  # DESIGN §6: median certified 0 at 20 bins
-    assert value["median_fiber_size"] == pytest.approx(279, abs=1)  # PAPER-NOTES §3.3 table
+    assert value["median_certified_fraction"] == 0.0  # docs/reference.md: median certified 0 at 20 bins
+    assert value["median_fiber_size"] == pytest.approx(279, abs=1)  # docs/reference.md
     assert run["summary"].filter(pl.col("audit_id") == "fe-ehull").height == 15
 
 
@@ -87,7 +87,7 @@ def test_sensitivity_rows(run: dict[str, pl.DataFrame]) -> None:
     sens = run["sensitivity"]
     assert sens.filter(pl.col("fiber_rule") == "knn:25")["model"].n_unique() == 15
     knn = sens.filter(pl.col("fiber_rule") == "knn:25")["certified_fraction"].median()
-    assert knn == pytest.approx(0.0983, abs=0.01)  # PAPER-NOTES §3.3: kNN-25 median 9.83 %
+    assert knn == pytest.approx(0.0983, abs=0.01)  # docs/reference.md: kNN-25 median 9.83 %
 
 
 # ------------------------------------------------------------------------------------------ spec format
@@ -133,7 +133,7 @@ def test_per_model_audit_on_a_small_table(tmp_path: Path) -> None:
 
 
 def test_paper_reading_by_position(run: dict[str, pl.DataFrame]) -> None:
-    """Read by position, ALIGNN's formation-energy 'prediction' is the reference: MAE 0.0 (PAPER-NOTES §5.1)."""
+    """Read by position, ALIGNN's formation-energy 'prediction' is the reference: MAE 0.0 (docs/reference.md)."""
     metrics = dict(run["metrics"].filter(pl.col("experiment") == "jarvis:by-position")
                    .select("metric", "value").iter_rows())
     assert metrics["alignn_model:formation_energy_peratom:mae_by_position"] == 0.0

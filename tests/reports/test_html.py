@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dcaudit.cli import cli
 from dcaudit.config import Settings
-from dcaudit.reports import svg
+from dcaudit.reports import charts, depict, explorer
 from dcaudit.reports.html import render_report, write_report
 from dcaudit.storage import write_package
 from tests.conftest import MIRROR
@@ -53,37 +53,66 @@ min_support = 50
 """
 
 
-# ---------------------------------------------------------------- svg helpers
+# ---------------------------------------------------------------- charts (matplotlib SVG)
 
-@given(st.floats(-1e6, 1e6), st.floats(0, 1e6))
-def test_nice_ticks_cover_the_range_with_round_steps(lo: float, span: float) -> None:
-    ticks = svg.nice_ticks(lo, lo + span)
-    tol = 1e-6 * max(1.0, abs(lo), span)   # float noise, far below a pixel
-    assert ticks[0] <= lo + tol and ticks[-1] >= lo + span - tol
-    assert 2 <= len(ticks) <= 13 and ticks == sorted(ticks)
-
-
-def test_line_chart_draws_a_path_per_series_and_a_band() -> None:
-    out = svg.line_chart([svg.Series("a", (0, 1, 2), (0.1, 0.2, 0.4), (0.0, 0.1, 0.3), (0.2, 0.3, 0.5)),
-                          svg.Series("b<script>", (0, 1, 2), (0.05, 0.05, 0.1))], title="t", x_label="x",
-                         y_label="y")
-    paths = re.findall(r'<path class="series" d="M([^"]+)"', out)
-    assert len(paths) == 2 and all(p.count("L") == 2 for p in paths)
-    assert out.count('class="band"') == 1 and "<script>" not in out and "b&lt;script&gt;" in out
+def test_line_chart_draws_a_series_per_line_and_a_band() -> None:
+    out = charts.line_chart([charts.Series("a", (0, 1, 2), (0.1, 0.2, 0.4), (0.0, 0.1, 0.3), (0.2, 0.3, 0.5)),
+                             charts.Series("b<script>", (0, 1, 2), (0.05, 0.05, 0.1))], title="t", x_label="x",
+                            y_label="y")
+    assert len(re.findall(r'id="c[0-9a-f]+-series-\d+"', out)) == 2
+    assert len(re.findall(r'id="c[0-9a-f]+-band-\d+"', out)) == 1
+    assert "<script>" not in out and "b&lt;script&gt;" in out
+    assert out == charts.line_chart([charts.Series("a", (0, 1, 2), (0.1, 0.2, 0.4), (0.0, 0.1, 0.3), (0.2, 0.3, 0.5)),
+                                     charts.Series("b<script>", (0, 1, 2), (0.05, 0.05, 0.1))], title="t",
+                                    x_label="x", y_label="y")          # deterministic: re-renders are identical
 
 
-def test_stacked_bars_are_proportional() -> None:
-    out = svg.stacked_bars([svg.StackedBar("x", (("certified_true", 0.25), ("ambiguous", 0.75)))], title="t",
-                           width=610)
-    widths = [float(w) for w in re.findall(r'class="bar"[^>]*width="([\d.]+)"', out)]
-    assert len(widths) == 2 and widths[1] == pytest.approx(3 * widths[0]) and sum(widths) == pytest.approx(610 - svg.LABEL_W - 10)
+def test_charts_are_self_contained_svg_with_ids_of_their_own() -> None:
+    a = charts.stacked_bars([charts.StackedBar("x", (("certified_true", 0.25), ("ambiguous", 0.75)))], title="t")
+    b = charts.stacked_bars([charts.StackedBar("y", (("certified_true", 0.5), ("ambiguous", 0.5)))], title="t")
+    assert len(re.findall(r'id="c[0-9a-f]+-bar-0-\d"', a)) == 2
+    ids_a = set(re.findall(r'id="([^"]+)"', a))
+    assert ids_a and not ids_a & set(re.findall(r'id="([^"]+)"', b))   # two charts in one page never clash
+    for out in (a, b, charts.interval_chart([charts.Interval("p", 0.5, 0.2, 0.8)], title="t", x_label="v"),
+                charts.fiber_sizes({"ambiguous": [3678, 203, 5], "certified_false": [1, 2, 22]}, title="s")):
+        assert out.startswith('<figure class="chart"') and "<?xml" not in out and "<metadata" not in out
+        assert not re.search(r"""(href|src)\s*=\s*["']?(https?:|//)""", out)
+        assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", out))
+    assert "no data" in charts.line_chart([], title="t", x_label="x", y_label="y")
 
 
-def test_interval_chart_places_whiskers_around_the_dot() -> None:
-    out = svg.interval_chart([svg.Interval("p", 0.5, 0.2, 0.8)], title="t", x_label="v")
-    cx = float(re.search(r'class="dot" cx="([\d.]+)"', out).group(1))
-    x1, x2 = (float(v) for v in re.search(r'class="whisker" x1="([\d.]+)" x2="([\d.]+)"', out).groups())
-    assert x1 < cx < x2 and cx - x1 == pytest.approx(x2 - cx, abs=0.2)
+# ---------------------------------------------------------------- explorer pieces
+
+def test_evidence_reads_by_column_name() -> None:
+    cols = ["NR-AR", "NR-AhR", "NR-ER"]
+    assert explorer.evidence_text(cols, "0,1,0", "exact", None, None) == "NR-AhR = 1, others 0"
+    assert explorer.evidence_text(cols, "0,0,0", "exact", None, None) == "all 0"
+    assert explorer.evidence_text(["predicted", "clean_correct"], "3,true", "exact", None, None) == \
+        "predicted = 3, clean_correct = true"
+    assert explorer.evidence_text(["e_form"], "4", "quantile:20", -1.25, -0.5) == "e_form in [-1.25, -0.5] (bin 4)"
+    assert explorer.evidence_text(cols, "x,y", "exact", None, None) == "x,y"   # does not split: shown as it is
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=60), st.integers(1, 20000))
+def test_member_caps_stay_within_the_budget(sizes: list[int], budget: int) -> None:
+    caps = explorer.member_caps(sizes, budget, page=24)
+    assert all(1 <= c <= n for c, n in zip(caps, sizes, strict=True))
+    if sum(sizes) <= budget:
+        assert caps == sizes
+    elif budget >= len(sizes):
+        assert sum(caps) <= budget
+    else:
+        assert caps == [1] * len(sizes)        # every fiber keeps one member even past the budget
+
+
+def test_depictions_and_thumbnails() -> None:
+    pytest.importorskip("rdkit")
+    svg_text = depict.depict_smiles("CCOc1ccc2nc(S(N)(=O)=O)sc2c1")
+    assert svg_text.startswith("<svg") and svg_text.count("<path") >= 2 and len(svg_text) < 8000
+    assert depict.depict_smiles("not a smiles") is None and depict.depict_smiles(None) is None
+    thumb = depict.thumbnail([0.0, 1.0, 0.5, 0.25])
+    assert thumb == {"w": 2, "h": 2, "px": "00ff8040"}
+    assert depict.thumbnail([1, 2, 3]) is None       # not square and no shape given
 
 
 # ---------------------------------------------------------------- reports of real runs
@@ -109,16 +138,50 @@ def test_every_run_gets_a_self_contained_report(run: dict) -> None:
     html = report.read_text()
     for section in ("summary", "fibers", "candidates", "completion", "replay", "provenance"):
         assert f"id='{section}'" in html
-    # offline: no scripts, stylesheets, images or fonts from anywhere; URLs appear only as text (the
-    # source's download address in the provenance) and as the SVG namespace, never as something to load
-    assert not re.search(r"<script|<link|<img|<iframe|<object|<embed|url\(|@import", html, re.I)
+    # offline: nothing loaded from anywhere (inline scripts and in-document references only); URLs appear
+    # only as text (the source's download address in the provenance) and as the SVG namespace
+    assert not re.search(r"<script[^>]*\ssrc|<link|<img|<iframe|<object|<embed|@import", html, re.I)
+    assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", html))
     assert not re.search(r"""(src|href|xlink:href)\s*=\s*["']?\s*(https?:|//|file:)""", html, re.I)
+    assert not re.search(r"fetch\(|XMLHttpRequest|import\(", html)
     assert "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/tox21.csv.gz" in html   # provenance
     manifest = json.loads((Path(run["package_dir"]) / "manifest.json").read_text())
     assert manifest["inputs"]["tox21.csv.gz"] in html and manifest["code_hash"] in html
     assert "97.9%" in html and "4297" in html           # the paper's ambiguous fraction, from the summary
     assert "3678" in html                                # the largest mixed fiber (all-zero NR pattern)
     assert html.count("<svg") >= 5
+    assert len(html) < 5_000_000
+
+
+def _explorer(html: str) -> dict:
+    text = re.search(r'<script type="application/json" id="dc-explorer-data">(.*?)</script>', html, re.S).group(1)
+    return json.loads(text.replace("<\\/", "</"))
+
+
+def _members(data: dict, i: int) -> list[str]:
+    m = data["F"]["m"][i]
+    return m if data["sep"] is None else (m.split(data["sep"]) if m else [])
+
+
+def test_the_explorer_holds_every_mixed_fiber_and_member(run: dict) -> None:
+    html = (Path(run["package_dir"]) / "report.html").read_text()
+    data = _explorer(html)
+    assert data["nf"] == 14 and data["F"]["n"][0] == 3678 and sum(data["F"]["n"]) == 4297
+    members = [_members(data, i) for i in range(data["nf"])]
+    assert [len(m) for m in members] == data["F"]["n"] == data["F"]["l"]      # every member listed
+    assert len({m for ms in members for m in ms}) == 4297
+    assert [c.count("1") for c in data["F"]["c"]] == data["F"]["t"]          # claim values
+    assert all(c == "".join(sorted(c, reverse=True)) for c in data["F"]["c"])  # claim-true first
+    assert data["S"][data["F"]["e"][0]] == "all 0"
+    assert "NR-ER = 1, others 0" in {data["S"][e] for e in data["F"]["e"]}
+    if depict.rdkit_available():
+        assert data["kinds"] == ["molecules"]
+        first_pages = sum(min(n, data["page"]) for n in data["F"]["n"])
+        tiles = [t for member_tiles in data["F"]["d"].values() for t in member_tiles]
+        assert len(tiles) == first_pages
+        pictured = [x[0] for t in tiles for x in t if isinstance(x, list)]
+        assert len(pictured) > 0.9 * first_pages        # a depiction for (almost) every first-page member
+        assert all(data["pics"][k].startswith("<svg") for k in pictured)
 
 
 def test_report_command_re_renders_by_run_id_spec_or_directory(run: dict, tmp_path: Path) -> None:
@@ -145,7 +208,7 @@ def test_partial_packages_render_what_they_have(tmp_path: Path) -> None:
     html = render_report(package)
     assert "id='metrics'" in html and "id='choice'" in html and "id='extra_findings'" in html
     assert "id='summary'" not in html and "id='fibers'" not in html
-    assert html.count('class="dot"') >= 3                # one metric in [0, 1] plus two models
+    assert len(re.findall(r'id="c[0-9a-f]+-dot-\d+"', html)) >= 3    # one metric in [0, 1] plus two models
 
 
 def test_damaged_package_is_refused_with_the_file_named(tmp_path: Path) -> None:
@@ -176,11 +239,14 @@ def test_chromium_draws_the_figures(run: dict, tmp_path: Path) -> None:
     url = (Path(run["package_dir"]) / "report.html").as_uri()
     dom = _chromium(["--dump-dom", url], tmp_path).stdout
     assert dom.count("<svg") >= 5
-    series = re.findall(r'<path class="series" d="M([^"]+)"', dom)
-    assert len(series) >= 6 and all(len(d.split("L")) >= 2 for d in series)      # completion curves
-    bars = [float(w) for w in re.findall(r'<rect class="bar"[^>]*width="([\d.]+)"', dom)]
-    assert len(bars) >= 20 and sum(w > 0 for w in bars) == len(bars)          # summary and fiber bars
-    assert len(re.findall(r'<line class="whisker"', dom)) >= 4                # replay over seeds
+    assert len(set(re.findall(r'id="(c[0-9a-f]+-series-\d+)"', dom))) >= 6              # completion curves
+    assert len(re.findall(r'id="c[0-9a-f]+-band-\d+"', dom)) >= 1                        # p10–p90 band
+    assert len(re.findall(r'id="c[0-9a-f]+-bar-\d+-\d+"', dom)) >= 20                   # summary, fibers
+    assert len(re.findall(r'id="c[0-9a-f]+-whisker-\d+"', dom)) >= 4                     # replay over seeds
+    assert 'data-chart="replay-cost"' in dom and 'data-chart="fiber-sizes"' in dom
+    # the explorer drew its first page: 14 fibers in the list, the largest one open with its members
+    assert len(re.findall(r'<tr data-fx="\d+"', dom)) == 14
+    assert len(re.findall(r'<li class="member cv[01-]"', dom)) == 24
 
     png = tmp_path / "report.png"
     _chromium(["--window-size=1200,2400", f"--screenshot={png}", url], tmp_path)
@@ -192,3 +258,116 @@ def test_chromium_draws_the_figures(run: dict, tmp_path: Path) -> None:
     # the status colours of the charts are on screen (ambiguous orange, certified blue)
     present = {c for _, c in colours}
     assert (0xE6, 0x9F, 0x00) in present and (0x00, 0x72, 0xB2) in present
+
+
+def test_chromium_reaches_every_mixed_fiber_and_member(run: dict, tmp_path: Path) -> None:
+    """#explorer-all lists every fiber with all its members; the default view pages through them."""
+    from PIL import Image
+
+    report = Path(run["package_dir"]) / "report.html"
+    dom = _chromium(["--dump-dom", report.as_uri() + "#explorer-all"], tmp_path).stdout
+    fibers = re.findall(r'<section class="fiber" data-fx="(\d+)"', dom)
+    assert sorted(map(int, fibers)) == list(range(14))
+    members = re.findall(r'<li class="member cv([01-])" data-id="([^"]+)"', dom)
+    assert len(members) == 4297 and len({m for _, m in members}) == 4297
+    assert sum(cv == "1" for cv, _ in members) == 19 + 4 + 4 + 3 + 1 + 1 + 1 + 1 + 3 + 2 + 1 + 2 + 1 + 1
+    if depict.rdkit_available():   # depictions on each fiber's first page
+        assert dom.count('<div class="pic"><svg') >= 200
+    # the explorer alone, one fiber open, as a person sees it
+    png = tmp_path / "explorer.png"
+    _chromium(["--window-size=1200,1400", f"--screenshot={png}", report.as_uri() + "?view=explorer"], tmp_path)
+    image = Image.open(png).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert sum(n for n, c in colours if c != (255, 255, 255)) > 0.02 * 1200 * 1400
+    present = {c for _, c in colours}
+    assert (0xD5, 0x5E, 0x00) in present            # the claim-true members' border
+    if depict.rdkit_available():
+        assert any(r > 200 and g < 60 and b < 60 for r, g, b in present)   # oxygen red in the depictions
+
+
+# ---------------------------------------------------------------- a small vision package (thumbnails)
+
+def _vision_package(tmp_path: Path) -> tuple[Path, dict]:
+    """Two fibers of one model × split, predictions under clean and two corruptions, 4×4 pixel images."""
+    import pyarrow.parquet as pq
+
+    ids = [str(i) for i in range(10)]
+    robust = [True, False, True, False, False, True, True, True, False, True]
+    fibers = pa.table({"source": ["vision-digits"] * 2, "audit_id": ["robust[all]"] * 2, "claim": ["robust = true"] * 2,
+                       "evidence": ["predicted,clean_correct,confidence_decile"] * 2, "fiber_rule": ["exact"] * 2,
+                       "model": ["knn"] * 2, "split": pa.array([3, 3], pa.int32()), "fiber_key": [0, 1],
+                       "evidence_key": ["6,true,1", "7,true,2"], "n": [5, 5], "n_true": [2, 4],
+                       "status": ["ambiguous"] * 2})
+    candidates = pa.table({"source": ["vision-digits"] * 10, "audit_id": ["robust[all]"] * 10,
+                           "claim": ["robust = true"] * 10, "evidence": ["predicted,clean_correct,confidence_decile"] * 10,
+                           "fiber_rule": ["exact"] * 10, "model": ["knn"] * 10, "split": pa.array([3] * 10, pa.int32()),
+                           "candidate_id": ids, "fiber_key": [0] * 5 + [1] * 5, "claim_value": robust,
+                           "status": ["ambiguous"] * 10})
+    preds = {"split": [], "model": [], "image_id": [], "condition": [], "predicted": [], "label": []}
+    pixels = {"image_id": [], "condition": [], "pixels": [], "height": [], "width": []}
+    for i, r in zip(ids, robust, strict=True):
+        for c in ("clean", "gaussian_noise", "shift"):
+            for k, v in (("split", 3), ("model", "knn"), ("image_id", i), ("condition", c),
+                         ("predicted", "6" if r or c == "clean" else "1"), ("label", "6")):
+                preds[k].append(v)
+            pixels["image_id"].append(i)
+            pixels["condition"].append(c)
+            pixels["pixels"].append([0, 255, 255, 0] * 4 if c == "clean" else [128] * 16)
+            pixels["height"].append(4)
+            pixels["width"].append(4)
+    pq.write_table(pa.table(preds), tmp_path / "digits.parquet")
+    pq.write_table(pa.table(pixels), tmp_path / "digits-pixels.parquet")
+    manifest = {"spec": "vision-mini", "sources": [{"table": "digits", "path": str(tmp_path / "digits.parquet")}]}
+    package = write_package(tmp_path / "pkg", "v1", {"fibers": fibers, "candidates": candidates}, manifest)
+    return package, {"table": "digits-pixels", "path": str(tmp_path / "digits-pixels.parquet")}
+
+
+def test_vision_members_get_predictions_and_thumbnails(tmp_path: Path) -> None:
+    package, pixels = _vision_package(tmp_path)
+    plain = _explorer(render_report(package))            # predictions only: the manifest has no pixel table
+    tiles = plain["F"]["d"]["0"][0]
+    assert [plain["S"][t] for t in tiles] == ["label 6", "clean: 6", "g.noise: 6", "shift: 6"]
+    data = _explorer(render_report(package, extra_sources=[pixels]))
+    assert data["kinds"] == ["images"] and len(data["pics"]) == 30
+    wrong = data["F"]["d"]["0"][2]                   # a claim-false member: its wrong conditions come right after clean
+    assert [data["S"][t[1]] for t in wrong[1:]] == ["clean: 6", "g.noise: 1", "shift: 1"]
+    assert data["S"][wrong[0]] == "label 6"
+    assert data["pics"][wrong[1][0]] == {"w": 4, "h": 4, "px": "00ffff00" * 4}
+
+
+def test_chromium_draws_the_thumbnails(tmp_path: Path) -> None:
+    package, pixels = _vision_package(tmp_path)
+    report = write_report(package, extra_sources=[pixels])
+    dom = _chromium(["--dump-dom", report.as_uri() + "#explorer-all"], tmp_path).stdout
+    assert dom.count('<canvas class="thumb"') == 30 and len(re.findall(r'<li class="member', dom)) == 10
+
+
+def test_budgets_cap_members_and_pictures_and_say_so(tmp_path: Path) -> None:
+    rng = __import__("random").Random(1)
+    n = [400, 300] + [3] * 50
+    fibers = pa.table({"audit_id": ["a"] * len(n), "claim": ["y = 1"] * len(n), "evidence": ["e"] * len(n),
+                       "fiber_rule": ["quantile:52"] * len(n), "fiber_key": list(range(len(n))),
+                       "evidence_key": [str(i) for i in range(len(n))], "evidence_lo": [float(i) for i in range(len(n))],
+                       "evidence_hi": [i + 0.5 for i in range(len(n))], "n": n, "n_true": [1] * len(n),
+                       "status": ["ambiguous"] * len(n)})
+    keys = [k for k, size in enumerate(n) for _ in range(size)]
+    claim = [j == 0 for k, size in enumerate(n) for j in range(size)]
+    candidates = pa.table({"audit_id": ["a"] * len(keys), "claim": ["y = 1"] * len(keys), "evidence": ["e"] * len(keys),
+                           "fiber_rule": ["quantile:52"] * len(keys), "candidate_id": [f"c{i:05d}" for i in range(len(keys))],
+                           "fiber_key": keys, "claim_value": claim, "status": ["ambiguous"] * len(keys)})
+    package = write_package(tmp_path / "pkg", "b1", {"fibers": fibers, "candidates": candidates}, {"spec": "big"})
+    smiles_table = tmp_path / "smiles.parquet"
+    pa.parquet.write_table(pa.table({"candidate_id": [f"c{i:05d}" for i in range(len(keys))],
+                                     "smiles": [rng.choice(["CCO", "c1ccccc1O", "CC(=O)N"]) for _ in keys]}),
+                           smiles_table)
+    html = render_report(package, member_budget=4000, picture_budget=2_000,
+                         extra_sources=[{"table": "big", "path": str(smiles_table)}])
+    data = _explorer(html)
+    listed = data["F"]["l"]
+    assert data["nf"] == 52 and sum(listed) * 8 <= 4000 and all(n_ >= 1 for n_ in listed)
+    assert listed[0] == listed[1] == 24                      # the largest fibers keep a full first page
+    assert any("members are listed" in note for note in data["notes"])
+    assert data["S"][data["F"]["e"][0]] == "e in [0, 0.5] (bin 0)"
+    if depict.rdkit_available():
+        assert sum(len(v) for v in data["pics"]) <= 2_000 + 8000
+        assert any("picture budget" in note for note in data["notes"])

@@ -1,0 +1,74 @@
+"""What the command-line modules share: option composition, gates and how a table command ends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from dcaudit.api import Result
+
+
+def compose(*decorators: Callable) -> Callable:
+    """Apply click decorators in reading order (top first), so commands share one definition per option."""
+    def apply(fn: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+    return apply
+
+
+GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
+                      help="Gate for CI: exit 1 when EXPR holds for an audit's summary row, e.g. "
+                      "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
+
+
+def given(**options: Any) -> dict[str, Any]:
+    """Options the user gave (None = not given: the API's config objects supply the default)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def check_gates(fail_if: tuple[str, ...]) -> None:
+    """Parse --fail-if before any work: a malformed gate is bad input (exit 2), not a failed run."""
+    if fail_if:
+        from dcaudit.gates import parse_gates
+
+        parse_gates(list(fail_if))
+
+
+def apply_gates(summary: Any, fail_if: tuple[str, ...]) -> int:
+    """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
+    if not fail_if:
+        return 0
+    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates
+
+    failures = evaluate_gates(summary, parse_gates(list(fail_if), summary.column_names))
+    for failure in failures:
+        click.secho(failure.message, fg="red", err=True)
+    return gate_exit_status(failures)
+
+
+def evidence_arg(values: tuple[str, ...]) -> str | list[str]:
+    return values[0] if len(values) == 1 else list(values)
+
+
+def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> None:
+    """How audit, replay, complete and sensitivity end: the package directory, JSON, or the summary."""
+    if as_json:
+        click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded",
+                               "package_dir": str(result.package_dir),
+                               "summary": result.summary.drop("run_id").to_dicts()}, default=str, indent=1))
+        return
+    if quiet:
+        click.echo(str(result.package_dir))
+        return
+    from dcaudit.reports.console import print_findings, print_notes, print_summary
+
+    print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
+                  if result.candidates is not None else None)
+    if result.findings is not None:
+        print_findings(result.findings.to_arrow())
+    print_notes(result.notes)
