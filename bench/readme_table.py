@@ -19,7 +19,8 @@ def _cell(row: dict | None) -> str:
         return "—"
     cpu = json.loads(row["settings"] or "{}").get("cpu_seconds")
     cpu_text = f" ({cpu:.2f} CPU)" if cpu is not None else ""
-    return f"{row['seconds']:.2f} s{cpu_text}, {row['peak_rss_mb']:.0f} MB"
+    rss = f", {row['peak_rss_mb']:.0f} MB" if row["peak_rss_mb"] is not None else ""
+    return f"{row['seconds']:.2f} s{cpu_text}{rss}"
 
 
 def _ratio(ours: dict | None, peer: dict | None) -> str:
