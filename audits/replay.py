@@ -557,7 +557,8 @@ def fiber_replay(
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
     ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
-    counts = _fiber_split_counts(con, relation, ev, evidence, claim, config) if _hash_matches(con) else None
+    fast = _hash_matches(con) and _fits_in_memory(con, relation)
+    counts = _fiber_split_counts(con, relation, ev, evidence, claim, config) if fast else None
     if counts is None:
         counts = _fiber_split_counts_sql(con, relation, ev, claim, config)
     excluded = np.asarray(counts["seed_index"]) < 0
@@ -565,6 +566,20 @@ def fiber_replay(
                          int(np.asarray(counts["n"])[excluded].sum()))
     ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
     return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
+
+
+_FAST_BYTES_PER_CANDIDATE = 48  # id hash, packed key, claim, their fiber-sorted copies, numpy temporaries
+
+
+def _fits_in_memory(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
+    """The numpy split counts hold ~48 bytes per candidate: within the memory limit, else the SQL pass
+    (which streams candidates × seeds within DuckDB's limit, spilling if it must)."""
+    limit = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchall()
+    limit_bytes = _bytes(limit[0][0]) if limit else None
+    if not limit_bytes:
+        return True
+    n = int(con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0])
+    return n * _FAST_BYTES_PER_CANDIDATE <= limit_bytes
 
 
 def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, evidence: EvidenceMap,

@@ -115,3 +115,12 @@ def test_split_counts_blocks_and_threads_agree() -> None:
               < np.uint64(500_000)).reshape(len(h), len(seeds))
     want = np.stack([np.bincount(group, weights=direct[:, s], minlength=37) for s in range(len(seeds))])
     assert np.array_equal(one, want.astype(np.int64))
+
+
+def test_large_tables_beyond_the_memory_limit_take_the_sql_pass(monkeypatch) -> None:  # noqa: ANN001
+    con = duckdb.connect()
+    con.register("t", pa.table({"id": list(range(1000)), "e": [i % 3 for i in range(1000)]}))
+    assert rp._fits_in_memory(con, "t")
+    con.execute("SET memory_limit = '1GB'")
+    monkeypatch.setattr(rp, "_FAST_BYTES_PER_CANDIDATE", 2 * 10**6)  # 1000 candidates "need" 2 GB
+    assert not rp._fits_in_memory(con, "t")
