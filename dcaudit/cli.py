@@ -6,8 +6,6 @@ the API builds the spec from the same config objects a spec file or a notebook u
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
@@ -333,72 +331,7 @@ from dcaudit.cli_catalog import catalog as _catalog_group  # noqa: E402, I001
 cli.add_command(_catalog_group)
 
 
-class _DeferPandas(importlib.abc.MetaPathFinder):
-    """Keeps pyarrow from importing pandas (~0.3-0.6 s, a third of a small audit) in a CLI process.
-
-    pyarrow imports pandas the first time it converts Python objects (``pa.array([...])``,
-    ``pa.table({...})``), only to check whether they are pandas objects. When pyarrow has been
-    imported, this finder lets that first check find no pandas, so pyarrow remembers "no pandas"
-    and converts Python objects without it. Should pandas be imported later, pyarrow's Python-level
-    pandas integration is switched back on right after pandas has loaded; its C++ conversion of
-    Python objects keeps not knowing ``pd.NA`` (it looks pandas up once per process). So this is only
-    installed for the commands that read files with polars / DuckDB and never hand pandas objects to
-    pyarrow (``_NO_PANDAS``), not for ``run`` (connectors use pandas-based domain libraries) or Spark.
-    """
-
-    def __init__(self) -> None:
-        self.blocking = False
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name == "pandas" and self.blocking:
-            raise ModuleNotFoundError("pandas deferred", name="pandas")
-        if name not in ("pyarrow", "pandas") or self.blocking:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader, original = spec.loader, spec.loader.exec_module
-
-        def exec_module(module: Any) -> None:
-            original(module)
-            self._loaded(name)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-    def _loaded(self, name: str) -> None:
-        import pyarrow
-
-        shim = pyarrow.lib._pandas_api  # type: ignore[attr-defined]
-        if name == "pandas":  # pandas is here now: the shim imports its integration
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-            shim.pd  # noqa: B018 - a property with the side effect wanted
-            return
-        if "pandas" in sys.modules:
-            return
-        self.blocking = True
-        try:
-            shim.have_pandas  # noqa: B018 - the Python-level check: tries pandas once, finds none
-            pyarrow.array([0])  # and the C++ one (python-to-Arrow conversion) likewise
-        finally:
-            self.blocking = False
-
-
-_NO_PANDAS = frozenset({"audit", "replay", "complete", "sensitivity", "query", "runs", "report"})
-
-
-def defer_pandas(argv: list[str]) -> None:
-    """Install :class:`_DeferPandas` for a ``_NO_PANDAS`` command on the DuckDB engine, unless pandas or
-    pyarrow is already imported (never in a library caller's process: ``main`` only)."""
-    command = next((a for a in argv if a in cli.commands), None)  # type: ignore[attr-defined]
-    if command not in _NO_PANDAS or "spark" in argv or "pandas" in sys.modules or "pyarrow" in sys.modules:
-        return
-    sys.meta_path.insert(0, _DeferPandas())
-
-
 def main() -> None:
-    defer_pandas(sys.argv[1:])
     cli(prog_name="dcaudit")
 
 
