@@ -18,8 +18,6 @@ for each rule's chosen model, the mean ``certified_fraction`` and ``false_rate_c
 
 from __future__ import annotations
 
-from typing import Any
-
 import duckdb
 import pyarrow as pa
 
@@ -27,6 +25,8 @@ from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_windows
 from dcaudit.claims import Claim, check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
+from dcaudit.spec import check_keys
+from dcaudit.stage import StageContext, StageTables
 
 METRICS = {"mae": "avg(abs({x} - {r}))", "rmse": "sqrt(avg(({x} - {r}) ^ 2))"}
 
@@ -136,16 +136,14 @@ def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: st
 _SECTION_KEYS = {"audit", "metric", "reference", "model_column"}
 
 
-def choice_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+def choice_stage(ctx: StageContext) -> StageTables:
     """``[choice]``: model choice on the splits, tolerance and support of the spec's ``[replay]`` section.
 
     Keys: ``audit`` (default: the first audit named in [replay]), ``metric`` (``mae`` | ``rmse``),
     ``reference`` and ``model_column`` (default: those of [replay]).
     """
     raw = ctx.spec.sections.get("choice") or {}
-    unknown = set(raw) - _SECTION_KEYS
-    if unknown:
-        raise SpecError(f"[choice]: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+    check_keys(raw, _SECTION_KEYS, "[choice]")
     if "replay" not in ctx.spec.sections:
         raise SpecError("[choice] replays each model on the [replay] section's splits; add a [replay] section "
                         "with tolerance, reference and model_column")

@@ -57,6 +57,8 @@ from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_ru
 from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
+from dcaudit.spec import AuditTask, check_keys
+from dcaudit.stage import StageContext, StageTables
 
 POLICIES = defaults.COMPLETION_POLICIES
 # cost_gain (largest calibration certified gain per unit cost) runs when named, or in a spec whose probes
@@ -677,7 +679,7 @@ class CompletionSection:
     table: str | None
 
 
-def parse_completion_section(raw: Any, audits: Sequence[Any]) -> CompletionSection:
+def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> CompletionSection:
     """Validate ``[completion]`` against the spec's audits (``AuditTask`` objects); SpecError on any problem.
 
     ``audit = "<id>"`` takes evidence, claim, fiber rule, table and min_support from that audit
@@ -686,9 +688,7 @@ def parse_completion_section(raw: Any, audits: Sequence[Any]) -> CompletionSecti
     if not isinstance(raw, dict):
         raise SpecError("[completion] must be a table of settings")
     section: dict[str, Any] = dict(raw)
-    bad = set(section) - _SECTION_KEYS
-    if bad:
-        raise SpecError(f"[completion]: unknown key(s) {sorted(bad)}; allowed: {sorted(_SECTION_KEYS)}")
+    check_keys(section, _SECTION_KEYS, "[completion]")
     by_id = {a.audit_id: a for a in audits}
     audit_id = section.get("audit")
     if audit_id is not None and audit_id not in by_id:
@@ -726,7 +726,7 @@ def parse_completion_section(raw: Any, audits: Sequence[Any]) -> CompletionSecti
     return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
 
 
-def completion_stage(ctx: Any) -> dict[str, list[pa.Table]]:
+def completion_stage(ctx: StageContext) -> StageTables:
     """Runner stage for a spec's ``[completion]`` section (see :func:`parse_completion_section`)."""
     parsed = parse_completion_section(ctx.spec.sections.get("completion") or {}, ctx.spec.audits)
     task, evidence, claim, config = parsed.task, parsed.evidence, parsed.claim, parsed.config

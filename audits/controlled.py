@@ -155,7 +155,7 @@ def _metrics_table(rows: list[dict]) -> pa.Table:
                     schema=METRIC_SCHEMA)
 
 
-def _stack(seeds: Sequence[int], draw: Callable[[np.random.Generator], tuple[np.ndarray, ...]]) -> list[np.ndarray]:
+def _stack(seeds: Sequence[int] | np.ndarray, draw: Callable[[np.random.Generator], tuple[np.ndarray, ...]]) -> list[np.ndarray]:
     """Per-seed draws (each seed its own default_rng stream) stacked along a leading seed axis."""
     per_seed = [draw(np.random.default_rng(int(s))) for s in seeds]
     return [np.stack(parts) for parts in zip(*per_seed, strict=True)]

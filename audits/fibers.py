@@ -24,8 +24,8 @@ from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bi
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message
+from dcaudit.stage import FiberAudit
 
-STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")
 _counter = itertools.count()
 
 
@@ -36,13 +36,6 @@ class AuditLabels:
     source: str
     audit_id: str
     model: str | None = None
-
-
-@dataclass(frozen=True)
-class FiberAudit:
-    summary: pa.Table
-    fibers: pa.Table
-    candidates: pa.Table | None
 
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -26,6 +25,8 @@ import pyarrow as pa
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.claims import check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
+from dcaudit.spec import AuditTask
+from dcaudit.stage import StageContext, StageTables
 from dcaudit.storage import concat
 
 # (metric name, aggregate over the per-group summary rows)
@@ -77,8 +78,10 @@ def spread_metrics(con: duckdb.DuckDBPyConnection, summary: pa.Table, *, experim
         con.unregister("_grp_summary")
 
 
-def audit_per_group(ctx: Any, task: Any, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
-    """Runner hook for an audit with ``per``: ctx is a StageContext, task an AuditTask."""
+def audit_per_group(ctx: StageContext, task: AuditTask, *, with_candidates: bool = True) -> StageTables:
+    """Runner hook for an audit with ``per``."""
+    if task.per is None:
+        raise ValueError(f"audit {task.audit_id!r} has no per = \"column\" to group by")
     view = ctx.view_for(task.table)
     values = group_values(ctx.con, view, task.per, task.groups)
     q = quote_identifier(task.per)

@@ -37,6 +37,8 @@ from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, FiberAudit
 from dcaudit.claims import Claim, check_columns, quote_identifier
 from dcaudit.errors import InputError, SpecError
+from dcaudit.spec import AuditTask
+from dcaudit.stage import StageContext
 
 MIXED_KINDS = ("label_noise", "incomplete", "both")
 FIBER_COLUMNS = ("n_entities", "n_conflicting_entities", "n_true_entities", "n_false_entities",
@@ -159,7 +161,7 @@ def attach_mixed_kinds(audit: FiberAudit, kinds: MixedKinds) -> FiberAudit:
     return replace(audit, summary=summary, fibers=fibers)
 
 
-def label_noise_for_task(ctx: Any, task: Any, identity_column: str, audit: FiberAudit) -> FiberAudit:
+def label_noise_for_task(ctx: StageContext, task: AuditTask, identity_column: str, audit: FiberAudit) -> FiberAudit:
     """Runner glue for the fiber stage: ``identity = "inchikey"`` in an ``[[audits]]`` entry.
 
     Call after :func:`~dcaudit.audits.fibers.audit_fibers` for that task and keep the returned audit

@@ -79,7 +79,7 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import duckdb
 import numpy as np
@@ -92,10 +92,13 @@ from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, pr
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
+from dcaudit.spec import check_keys
+from dcaudit.stage import StageContext, StageTables
 
 POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
 PRICE_GRID = defaults.PRICE_GRID
-MODES = ("exact", "calibrated", "familywise")
+Mode = Literal["exact", "calibrated", "familywise"]
+MODES: tuple[Mode, ...] = ("exact", "calibrated", "familywise")
 MAX_SEEDS = 100_000  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
 SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
 _counter = itertools.count()
@@ -109,7 +112,7 @@ class ReplayConfig:
     seed_offset: int = defaults.SEED_OFFSET
     calibration_fraction: float = defaults.CALIBRATION_FRACTION
     min_support: int = defaults.MIN_SUPPORT_FIBERS  # tolerance windows default to 5 (default_min_support)
-    mode: Literal["exact", "calibrated", "familywise"] = defaults.REPLAY_MODE  # type: ignore[assignment]
+    mode: Mode = defaults.REPLAY_MODE
     epsilon: float = defaults.EPSILON
     delta: float = defaults.DELTA
     prices: tuple[float, ...] = PRICE_GRID
@@ -1090,15 +1093,13 @@ class ReplaySection:
     tolerance: Tolerance | None = None
     reference: str | None = None
     model_column: str | None = None
-    compare_modes: tuple[str, ...] = ()  # more certification modes, replayed for the metrics comparison
+    compare_modes: tuple[Mode, ...] = ()  # more certification modes, replayed for the metrics comparison
 
 
 def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySection:
     if not isinstance(raw, dict):
         raise SpecError(f"{origin} must be a table of settings")
-    unknown = set(raw) - _SECTION_KEYS
-    if unknown:
-        raise SpecError(f"{origin}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+    check_keys(raw, _SECTION_KEYS, origin)
     windowed = "tolerance" in raw
     d = ReplayConfig
     try:
@@ -1128,11 +1129,11 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
         tolerance=parse_tolerance(raw["tolerance"]) if windowed else None,
         reference=raw.get("reference"),
         model_column=raw.get("model_column"),
-        compare_modes=tuple(dict.fromkeys(str(m) for m in compare)),
+        compare_modes=cast(tuple[Mode, ...], tuple(dict.fromkeys(str(m) for m in compare))),  # checked above
     )
 
 
-def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+def replay_stage(ctx: StageContext) -> StageTables:
     """Replay every audit named in ``[replay] audits`` (default: all of them)."""
     section = parse_section(ctx.spec.sections.get("replay", {}))
     tasks = {t.audit_id: t for t in ctx.spec.audits}
@@ -1164,7 +1165,7 @@ def replay_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelin
         costs.append(result.costs)
         ctx.notes.extend(price_notes(result.costs, audit_id))
         if section.compare_modes:
-            by_mode = {section.config.mode: result.replay}
+            by_mode: dict[str, pa.Table] = {section.config.mode: result.replay}
             for mode in section.compare_modes:
                 if mode in by_mode:
                     continue

@@ -34,6 +34,8 @@ from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
+from dcaudit.spec import check_keys
+from dcaudit.stage import StageContext, StageTables
 
 DEFAULT_RULES = defaults.SENSITIVITY_RULES
 _counter = itertools.count()
@@ -224,13 +226,11 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
 _SECTION_KEYS = {"audits", "rules", "tolerances", "reference", "min_support", "model_column"}
 
 
-def sensitivity_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+def sensitivity_stage(ctx: StageContext) -> StageTables:
     raw = ctx.spec.sections.get("sensitivity", {})
     if not isinstance(raw, dict):
         raise SpecError("[sensitivity] must be a table of settings")
-    unknown = set(raw) - _SECTION_KEYS
-    if unknown:
-        raise SpecError(f"[sensitivity]: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+    check_keys(raw, _SECTION_KEYS, "[sensitivity]")
     tasks = {t.audit_id: t for t in ctx.spec.audits}
     chosen = raw.get("audits", list(tasks))
     chosen = [chosen] if isinstance(chosen, str) else list(chosen)

@@ -56,6 +56,7 @@ from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
 from dcaudit.claims import sql_literal
 from dcaudit.errors import SpecError
+from dcaudit.spec import check_keys
 
 CLAIM = "robust = true"
 EVIDENCE = "predicted,clean_correct,confidence_decile"
@@ -353,9 +354,7 @@ class VisionConfig:
 
     @classmethod
     def from_section(cls, section: dict) -> VisionConfig:
-        unknown = set(section) - _SECTION_KEYS
-        if unknown:
-            raise SpecError(f"[vision]: unknown key(s) {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}")
+        check_keys(section, _SECTION_KEYS, "[vision]")
         suites = section.get("suites", cls.suites)
         suites = (suites,) if isinstance(suites, str) else tuple(suites)
         conditions = section.get("conditions")

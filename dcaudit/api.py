@@ -30,7 +30,7 @@ from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
 from dcaudit.inputs import ROW, Duplicates
-from dcaudit.spec import AuditTask
+from dcaudit.spec import AuditTask, check_keys
 
 if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
     import duckdb
@@ -310,9 +310,7 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
     from dcaudit.defaults import replay_min_support as default_min_support
 
     allowed = set(_defaults_of(ReplayConfig)) - {"min_support"}
-    unknown = set(config) - allowed
-    if unknown:
-        raise SpecError(f"replay(): unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    check_keys(config, allowed, "replay()", what="option")
     support = min_support if min_support is not None else default_min_support(windowed=tolerance is not None)
     section: dict[str, Any] = {**config, "min_support": support}
     if "prices" in section:
@@ -338,9 +336,7 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     from dcaudit.audits.completion import CompletionConfig
 
     allowed = set(_defaults_of(CompletionConfig))
-    unknown = set(config) - allowed
-    if unknown:
-        raise SpecError(f"complete(): unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+    check_keys(config, allowed, "complete()", what="option")
     support = int(config.get("min_support", CompletionConfig.min_support))
     section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
     section["probes"] = evidence_list(probes)

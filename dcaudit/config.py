@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from dcaudit.errors import SpecError
 
@@ -39,7 +40,7 @@ class Settings:
         return self.home / "tmp"
 
     def with_overrides(self, **changes: object) -> Settings:
-        given = {k: v for k, v in changes.items() if v is not None}
+        given: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
         if "memory_limit" in given:
             given["memory_limit"] = check_memory_limit(str(given["memory_limit"]), "--memory-limit")
         if "home" in given:

@@ -2,20 +2,22 @@
 
 The config objects (``EvidenceMap``, ``AuditTask``, ``ReplayConfig``, ``CompletionConfig``) take their
 defaults from here, and the spec parser, the Python API and the CLI all resolve through those objects;
-this module imports nothing, so ``dcaudit --help`` can show the values without loading DuckDB.
+this module imports nothing but ``typing``, so ``dcaudit --help`` can show the values without loading DuckDB.
 """
+
+from typing import Final
 
 # The mixed-fiber audit
 FIBER_RULE = "exact"
 MISSING = "drop"              # complete cases; "as-value" makes missing (and NaN, ±inf) a value of its own
 MIN_SUPPORT = 1               # pure fibers smaller than this are "unsupported"
-DUPLICATES = "error"          # repeated candidate ids; "keep" audits each row and reports them as findings
+DUPLICATES: Final = "error"       # repeated candidate ids; "keep" audits each row and reports them as findings
 
 # Held-out replays
 REPLAY_SEEDS = 100
 SEED_OFFSET = 0
 CALIBRATION_FRACTION = 0.5
-REPLAY_MODE = "exact"         # or "calibrated" (Clopper-Pearson bound on the minority rate <= epsilon)
+REPLAY_MODE: Final = "exact"       # or "calibrated" (Clopper-Pearson bound on the minority rate <= epsilon)
 EPSILON = 0.05
 DELTA = 0.05
 MIN_SUPPORT_FIBERS = 50       # calibration members a fiber needs to certify (the paper's Tox21 replay)

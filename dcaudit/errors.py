@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 
 class DcauditError(Exception):
     """Base class: the CLI prints these without a traceback and exits with ``exit_code``."""
@@ -72,7 +74,7 @@ class RunInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, so
         self.exit_code = 128 + signum
 
 
-def require(module: str, extra: str):  # noqa: ANN201 - returns the imported module
+def require(module: str, extra: str) -> ModuleType:
     """Import an optional module or say which extra provides it."""
     import importlib
 

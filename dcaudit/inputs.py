@@ -146,7 +146,7 @@ def _as_arrow(data: object) -> tuple[pa.Table, str]:
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all(), "Arrow record batch reader"
     if module == "pyarrow" and kind.endswith("Dataset"):
-        return data, "Arrow dataset"  # type: ignore[return-value]
+        return data, "Arrow dataset"
     if module == "polars":
         if kind == "LazyFrame":
             return data.collect().to_arrow(), "polars LazyFrame"  # type: ignore[attr-defined]
@@ -155,9 +155,9 @@ def _as_arrow(data: object) -> tuple[pa.Table, str]:
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
-        return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"  # type: ignore[arg-type]
+        return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
     if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
-        return data.to_arrow_table(), "DuckDB relation"  # type: ignore[attr-defined]
+        return data.to_arrow_table(), "DuckDB relation"
     raise SpecError(f"cannot audit a {module}.{kind}: give a path (CSV, Parquet), a polars, pandas or Arrow "
                     "table, or a DuckDB relation")
 
@@ -181,7 +181,7 @@ class _HashSink:
 def _arrow_sha256(table: pa.Table) -> str:
     """sha256 of the table's Arrow IPC stream: equal data, equal digest (a frame's input hash)."""
     sink = _HashSink()
-    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), table.schema) as writer:  # type: ignore[arg-type]
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), table.schema) as writer:
         writer.write_table(table)
     return sink.h.hexdigest()
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import tomllib
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -60,6 +61,14 @@ class PipelineSpec:
     @property
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_keys(raw: Iterable[object], allowed: Collection[str], where: str, *, what: str = "key") -> None:
+    """A SpecError naming every key of ``raw`` (a mapping's keys) not in ``allowed``: the one unknown-key
+    check of spec sections, ``[[audits]]`` entries and the API's options."""
+    unknown = set(raw) - set(allowed)
+    if unknown:
+        raise SpecError(f"{where}: unknown {what}(s) {sorted(map(str, unknown))}; allowed: {sorted(allowed)}")
 
 
 MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count
@@ -145,9 +154,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     """Validate a spec. ``base_dir``: the spec file's folder, against which a relative [source] path is
     resolved (a spec from a file reads the same data from any working directory)."""
     _require_type(raw, dict, origin, "a spec is a table of keys")
-    unknown = set(raw) - _TOP_KEYS
-    if unknown:
-        raise SpecError(f"{origin}: unknown key(s) {sorted(map(str, unknown))}; allowed: {sorted(_TOP_KEYS)}")
+    check_keys(raw, _TOP_KEYS, origin)
     for key in ("name", "source", "audits"):
         if key not in raw:
             raise SpecError(f"{origin}: missing required key {key!r}")
@@ -175,9 +182,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     for i, entry in enumerate(raw["audits"]):
         where = f"{origin}: audits[{i}]"
         _require_type(entry, dict, where, "an audit is a table of keys")
-        bad = set(entry) - _AUDIT_KEYS
-        if bad:
-            raise SpecError(f"{where}: unknown key(s) {sorted(map(str, bad))}; allowed: {sorted(_AUDIT_KEYS)}")
+        check_keys(entry, _AUDIT_KEYS, where)
         if "claim" not in entry or "evidence" not in entry:
             raise SpecError(f"{where}: needs claim and evidence")
         _require_type(entry["claim"], str, where, "claim must be a string")
@@ -208,7 +213,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):
         raise SpecError(f"{origin}: audit ids repeat: {ids}")
-    sections = {k: raw[k] for k in ("replay", "completion", "sensitivity", "choice", "matbench", "jarvis", "vision")
+    sections: dict[str, Any] = {k: raw[k] for k in ("replay", "completion", "sensitivity", "choice", "matbench", "jarvis", "vision")
                 if k in raw}
     return PipelineSpec(
         name=str(raw["name"]),

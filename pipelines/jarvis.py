@@ -17,8 +17,6 @@ Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / `
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 
 from dcaudit.audits.choice import model_choice
@@ -27,12 +25,14 @@ from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, repla
 from dcaudit.claims import parse_claim, quote_identifier
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
+from dcaudit.spec import check_keys
+from dcaudit.stage import StageContext, StageTables
 
 _KEYS = {"by_position", "probe_baseline"}
 _BASELINE_KEYS = {"table", "evidence", "claim", "fiber_rule", "min_support", "calibration_fraction", "seeds"}
 
 
-def by_position_view(ctx: Any, view: str, evidence: str) -> str:
+def by_position_view(ctx: StageContext, view: str, evidence: str) -> str:
     """``view`` with ``evidence`` (pred_<property>) replaced by the file's second column for that property."""
     prop = evidence.removeprefix("pred_")
     preds = ctx.view_for("predictions")
@@ -48,7 +48,7 @@ def by_position_view(ctx: Any, view: str, evidence: str) -> str:
     return name
 
 
-def position_metrics(ctx: Any) -> pa.Table:
+def position_metrics(ctx: StageContext) -> pa.Table:
     models = ctx.view_for("models")
     return ctx.con.sql(f"""
         SELECT '{ctx.source}' AS source, 'jarvis:by-position' AS experiment, NULL::VARCHAR AS claim,
@@ -61,11 +61,9 @@ def position_metrics(ctx: Any) -> pa.Table:
         ORDER BY metric""").to_arrow_table()
 
 
-def jarvis_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+def jarvis_stage(ctx: StageContext) -> StageTables:
     raw = ctx.spec.sections.get("jarvis") or {}
-    unknown = set(raw) - _KEYS
-    if unknown:
-        raise SpecError(f"[jarvis]: unknown key(s) {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+    check_keys(raw, _KEYS, "[jarvis]")
     out: dict[str, list[pa.Table]] = {"replay": [], "metrics": []}
     tasks = {t.audit_id: t for t in ctx.spec.audits}
     if raw.get("by_position"):

@@ -21,6 +21,8 @@ from typing import Any
 import pyarrow as pa
 
 from dcaudit.errors import SpecError
+from dcaudit.spec import check_keys
+from dcaudit.stage import StageContext, StageTables
 
 _KEYS = {"polymorphs", "completion"}
 _COMPLETION_KEYS = {"audits", "probes", "seeds", "calibration_fraction", "min_support", "policies",
@@ -35,7 +37,7 @@ def _names(value: Any, where: str) -> list[str]:
     return list(value)
 
 
-def polymorph_metrics(ctx: Any, audit_ids: list[str]) -> pa.Table | None:
+def polymorph_metrics(ctx: StageContext, audit_ids: list[str]) -> pa.Table | None:
     """Metrics rows counting polymorph groups (fibers with n >= 2) and those whose entries disagree."""
     parts = []
     for audit_id in audit_ids:
@@ -64,13 +66,11 @@ def polymorph_metrics(ctx: Any, audit_ids: list[str]) -> pa.Table | None:
     return pa.concat_tables(parts, promote_options="permissive") if parts else None
 
 
-def completion_entry(ctx: Any, entry: dict[str, Any], where: str) -> list[pa.Table]:
+def completion_entry(ctx: StageContext, entry: dict[str, Any], where: str) -> list[pa.Table]:
     """Completion curves for each audit named in one ``[[matbench.completion]]`` entry."""
     from dcaudit.audits.completion import POLICIES, CompletionConfig, completion_curves
 
-    bad = set(entry) - _COMPLETION_KEYS
-    if bad:
-        raise SpecError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_COMPLETION_KEYS)}")
+    check_keys(entry, _COMPLETION_KEYS, where)
     if "audits" not in entry or "probes" not in entry:
         raise SpecError(f"{where}: needs audits = [...] and probes = [...]")
     tasks = {a.audit_id: a for a in ctx.spec.audits}
@@ -91,13 +91,11 @@ def completion_entry(ctx: Any, entry: dict[str, Any], where: str) -> list[pa.Tab
     return out
 
 
-def matbench_stage(ctx: Any) -> dict[str, list[pa.Table]]:  # ctx: dcaudit.pipelines.runner.StageContext
+def matbench_stage(ctx: StageContext) -> StageTables:
     section = ctx.spec.sections.get("matbench") or {}
     if not isinstance(section, dict):
         raise SpecError("[matbench] must be a table of settings")
-    bad = set(section) - _KEYS
-    if bad:
-        raise SpecError(f"[matbench]: unknown key(s) {sorted(bad)}; allowed: {sorted(_KEYS)}")
+    check_keys(section, _KEYS, "[matbench]")
     default = [a.audit_id for a in ctx.spec.audits if a.evidence.columns == ("reduced_formula",)]
     poly_ids = _names(section.get("polymorphs", default), "[matbench] polymorphs")
     missing = [a for a in poly_ids if a not in ctx.audits]

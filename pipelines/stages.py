@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dcaudit.errors import SpecError
-from dcaudit.spec import PipelineSpec
+from dcaudit.spec import PipelineSpec, check_keys
+from dcaudit.stage import StageContext, StageTables
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,10 @@ class Stage:
     keys: str | None = None        # "module:NAME" of the allowed keys (a set), checked when the spec loads
     check: Callable[[Mapping[str, Any], PipelineSpec], None] | None = None  # deeper validation
 
-    def function(self) -> Callable[[Any], dict[str, list[Any]]]:
+    def function(self) -> Callable[[StageContext], StageTables]:
         module, name = self.run.split(":")
-        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+        fn: Callable[[StageContext], StageTables] = getattr(importlib.import_module(module), name)
+        return fn
 
 
 def _audit_names(section: str, chosen: object, spec: PipelineSpec) -> None:
@@ -84,9 +86,6 @@ def validate_spec(spec: PipelineSpec) -> None:
             raise SpecError(f"{spec.name}: [{name}] must be a table of settings")
         if stage.keys is not None:
             module, attr = stage.keys.split(":")
-            allowed = getattr(importlib.import_module(module), attr)
-            unknown = set(raw) - set(allowed)
-            if unknown:
-                raise SpecError(f"{spec.name}: [{name}]: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+            check_keys(raw, getattr(importlib.import_module(module), attr), f"{spec.name}: [{name}]")
         if stage.check is not None:
             stage.check(raw, spec)

@@ -18,9 +18,10 @@ from dcaudit.audits.vision import (
     headline_notes,
 )
 from dcaudit.inputs import ROW
+from dcaudit.stage import StageContext, StageTables
 
 
-def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipelines.runner.StageContext
+def vision_stage(ctx: StageContext) -> StageTables:
     """Runner stage for ``[vision]``: audit every predictions table of the source (one grouped pass each)."""
     from pathlib import Path
 
@@ -60,7 +61,7 @@ def vision_stage(ctx) -> dict[str, list[pa.Table]]:  # noqa: ANN001 - a pipeline
     return out
 
 
-def _cross_check(ctx, ambiguous_all: int) -> None:  # noqa: ANN001
+def _cross_check(ctx: StageContext, ambiguous_all: int) -> None:
     """The spec's pooled [[audits]] entry (split and model inside the fiber key) must agree with the stage."""
     for audit_id, audit in ctx.audits.items():
         rows = audit.summary.to_pylist()
