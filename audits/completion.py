@@ -52,7 +52,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dcaudit import defaults
+from dcaudit import defaults, splits
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
 from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal
 from dcaudit.errors import InputError, SpecError
@@ -65,15 +65,14 @@ POLICIES = defaults.COMPLETION_POLICIES
 # have prices; POLICIES are the ones run when none are named.
 ALL_POLICIES = (*POLICIES, "cost_gain")
 DEFAULT_POLICIES = POLICIES
-REFINEMENTS = ("mixed", "full")
+REFINEMENTS = defaults.REFINEMENTS
 # How response_rank and oracle choose among probes with equal scores (common on small data: most
 # probes leave the calibration certified fraction unchanged): "entropy" prefers the probe that leaves
 # the least label entropy H(claim | fiber) in calibration (the residual uncertainty about the
 # claim), then the probe listed first; "first" / "last" take the first / last probe as listed.
-TIE_BREAKS = ("entropy", "first", "last")
+TIE_BREAKS = defaults.TIE_BREAKS
 # Policies whose choice needs the refined fibers of every candidate probe (scored after refining).
 _FIBER_SCORED = ("response_rank", "oracle", "cost_gain")
-_SPLIT_BUCKETS = 1_000_000
 _counter = itertools.count()
 # Key parts of these types are coded as value - min (one aggregate pass) when their range is small.
 _SMALL_INTEGER_TYPES = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -182,12 +181,11 @@ class CompletionResult:
 def split_sql(id_sql: str, seed_sql: str, fraction: float) -> str:
     """TRUE for calibration: a hash of (candidate id, seed), so every seed is a column, not a loop.
 
-    The same expression as the replays (``dcaudit.audits.replay``), so a seed splits the candidates
-    identically in replay.parquet and completion.parquet.
+    The replays' expression (:func:`dcaudit.splits.split_sql`), so a seed splits the candidates identically in
+    replay.parquet and completion.parquet.
     """
-    threshold = int(round(fraction * _SPLIT_BUCKETS))
-    return (f"(hash(hash(CAST({id_sql} AS VARCHAR)), CAST({seed_sql} AS BIGINT)) "
-            f"% {_SPLIT_BUCKETS}) < {threshold}")
+    return splits.split_sql(f"hash(CAST({id_sql} AS VARCHAR))", f"CAST({seed_sql} AS BIGINT)",
+                            splits.split_threshold(fraction))
 
 
 

@@ -40,7 +40,6 @@ from dcaudit.errors import InputError, SpecError
 from dcaudit.spec import AuditTask
 from dcaudit.stage import StageContext
 
-MIXED_KINDS = ("label_noise", "incomplete", "both")
 FIBER_COLUMNS = ("n_entities", "n_conflicting_entities", "n_true_entities", "n_false_entities",
                  "conflicting_records", "mixed_kind")
 SUMMARY_COLUMNS = ("identity", "n_label_noise_fibers", "n_incomplete_fibers", "n_both_fibers",

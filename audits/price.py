@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-COST_POLICIES = ("fiber_majority", "global_majority", "certify_then_acquire", "price_aware",
-                 "price_aware_conservative")
-BASELINES = ("fiber_majority", "global_majority", "certify_then_acquire")
+from dcaudit import defaults
+
+BASELINES = tuple(p for p in defaults.REPLAY_POLICIES if p != "certified_only")  # the fixed policies that decide all
+COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)
 INTERVAL_LEVEL = 0.95
 
 

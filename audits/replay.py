@@ -91,16 +91,17 @@ from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, pac
 from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
+from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 from dcaudit.spec import check_keys
+from dcaudit.splits import split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
 
-POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+POLICIES = defaults.REPLAY_POLICIES
 PRICE_GRID = defaults.PRICE_GRID
 Mode = Literal["exact", "calibrated", "familywise"]
-MODES: tuple[Mode, ...] = ("exact", "calibrated", "familywise")
+MODES: tuple[Mode, ...] = defaults.REPLAY_MODES
 MAX_SEEDS = 100_000  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
-SPLIT_BUCKETS = 1_000_000  # calibration when hash(candidate, seed) % buckets < fraction * buckets
 _counter = itertools.count()
 
 
@@ -135,7 +136,7 @@ class ReplayConfig:
 
     @property
     def threshold(self) -> int:
-        return int(round(self.calibration_fraction * SPLIT_BUCKETS))
+        return split_threshold(self.calibration_fraction)
 
 
 @dataclass(frozen=True)
@@ -156,18 +157,15 @@ class Tolerance:
 def parse_tolerance(text: str | float) -> Tolerance:
     """``0.04`` (fixed), ``mae`` (mean absolute error) or ``q80`` (80th percentile of the absolute error)."""
     if isinstance(text, int | float) and not isinstance(text, bool):
-        value = float(text)
+        value = positive_number(text)
     else:
         t = str(text).strip().lower()
         if t == "mae":
             return Tolerance("mae")
         if t.startswith("q") and t[1:].isdigit() and 0 < int(t[1:]) < 100:
             return Tolerance("quantile", int(t[1:]) / 100)
-        try:
-            value = float(t)
-        except ValueError:
-            value = math.nan
-    if not (value > 0 and math.isfinite(value)):
+        value = positive_number(t)
+    if value is None:
         raise SpecError(f"tolerance {text!r}: use a positive number, 'mae' or a quantile like 'q80'")
     return Tolerance("fixed", value)
 
@@ -400,7 +398,7 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
 
 def _split_sql(cfg: ReplayConfig) -> str:
     """``c`` = calibration membership of candidate hash ``h`` at ``seed``; all seeds in one pass."""
-    return f"(hash(b.h, s.seed) % {SPLIT_BUCKETS}) < {cfg.threshold}"
+    return split_sql("b.h", "s.seed", cfg.threshold)
 
 
 def _seeds_sql(cfg: ReplayConfig) -> str:
@@ -970,7 +968,7 @@ def _split_list_sql(cfg: ReplayConfig, h: str) -> str:
     """
     first = int(cfg.seed_offset)
     return (f"list_transform(range({first}, {first + int(cfg.seeds)}), "
-            f"lambda s: (hash({h}, s) % {SPLIT_BUCKETS}) < {cfg.threshold})")
+            f"lambda s: {split_sql(h, 's', cfg.threshold)})")
 
 
 def replay_windows(

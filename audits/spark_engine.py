@@ -37,6 +37,7 @@ from dcaudit.audits.evidence import EvidenceMap, FiberRule, bin_sql
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, _head, summarise_groups
 from dcaudit.claims import Claim, Node, SqlDialect, check_columns, render
 from dcaudit.errors import InputError, SpecError, require
+from dcaudit.splits import SPLIT_BUCKETS
 
 _counter = itertools.count()
 ROW_ID = "__row"
@@ -306,7 +307,7 @@ def replay_fibers_spark(
     lo, hi = int(config.seed_offset), int(config.seed_offset) + int(config.seeds)
     tag = next(_counter)
     if splits is None:
-        member = (f"pmod(xxhash64(b.candidate_id, s.seed), {rp.SPLIT_BUCKETS}) < {config.threshold}")
+        member = (f"pmod(xxhash64(b.candidate_id, s.seed), {SPLIT_BUCKETS}) < {config.threshold}")
         pairs = f"{ev.view} b CROSS JOIN (SELECT id AS seed FROM range({lo}, {hi})) s"
     else:
         split_df = splits if hasattr(splits, "createOrReplaceTempView") else _from_arrow(spark, splits)

@@ -33,13 +33,13 @@ _TABLE = _compose(
     click.option("--claim", required=True, help=CLAIM_HELP),
     click.option("--id", "id_column", help="Candidate id column (default: the 1-based data row). Empty or "
                  "repeated ids are an error unless --duplicates keep."),
-    click.option("--duplicates", type=click.Choice(["error", "keep"]), default=defaults.DUPLICATES,
+    click.option("--duplicates", type=click.Choice(defaults.DUPLICATES_CHOICES), default=defaults.DUPLICATES,
                  show_default=True, help="Repeated candidate ids: an error, or keep every row and list them "
                  "in findings.parquet (disagreeing copies marked)."),
 )
 _RULE = click.option("--fiber-rule", default=defaults.FIBER_RULE, show_default=True,
                      help="exact | quantile:K (K equal-count bins) | width:W (bins of width W).")
-_MISSING = click.option("--missing", type=click.Choice(["drop", "as-value"]), default=defaults.MISSING,
+_MISSING = click.option("--missing", type=click.Choice(defaults.MISSING_CHOICES), default=defaults.MISSING,
                         show_default=True, help="Missing, NaN or infinite evidence: drop (complete cases; the "
                         "rest excluded with a reason) or a value (a fiber) of its own.")
 _ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
@@ -107,7 +107,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
 @click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a fiber (or window) needs "
               f"before it can certify (default {defaults.MIN_SUPPORT_FIBERS} for fibers, "
               f"{defaults.MIN_SUPPORT_WINDOWS} for --tolerance windows).")
-@click.option("--mode", type=click.Choice(["exact", "calibrated", "familywise"]), help="exact (default): pure "
+@click.option("--mode", type=click.Choice(defaults.REPLAY_MODES), help="exact (default): pure "
               "calibration fiber; calibrated: Clopper-Pearson bound on each fiber's minority rate <= epsilon; "
               "familywise: Holm across fibers, P(any certified fiber's rate > epsilon) <= delta.")
 @click.option("--epsilon", type=float, help=f"Risk level of --mode calibrated (default {defaults.EPSILON}).")
@@ -165,10 +165,10 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
               f"{', '.join(defaults.COMPLETION_POLICIES)}).")
 @click.option("--random-draws", type=click.IntRange(min=1), help="Random probe orders per seed for the random "
               f"policy (default {defaults.RANDOM_DRAWS}).")
-@click.option("--refinement", type=click.Choice(["mixed", "full"]), help="mixed (default): certified decisions "
+@click.option("--refinement", type=click.Choice(defaults.REFINEMENTS), help="mixed (default): certified decisions "
               "are kept, only mixed fibers are refined; full: every fiber recomputed after each probe (the "
               "paper's script).")
-@click.option("--tie-break", type=click.Choice(["entropy", "first", "last"]), help="Among probes certifying "
+@click.option("--tie-break", type=click.Choice(defaults.TIE_BREAKS), help="Among probes certifying "
               "equally on calibration: least residual label entropy (default), or the first / last listed.")
 @click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1': curves against "
               "cumulative cost, the cost_gain policy and the next probe by certified gain per unit cost.")

@@ -1,19 +1,27 @@
-"""Every default of an audit option, defined once.
+"""Every default of an audit option, and the names of its choices, defined once.
 
 The config objects (``EvidenceMap``, ``AuditTask``, ``ReplayConfig``, ``CompletionConfig``) take their
 defaults from here, and the spec parser, the Python API and the CLI all resolve through those objects;
 this module imports nothing but ``typing``, so ``dcaudit --help`` can show the values without loading DuckDB.
+The name tuples are the values the package tables hold (``status``, ``policy``): the audits write them, the
+config objects check against them, the CLI offers them and the reports order by them.
 """
 
 from typing import Final
 
 # The mixed-fiber audit
+STATUSES: Final = ("certified_true", "certified_false", "ambiguous", "unsupported")  # a fiber's status, report order
+MISSING_CHOICES: Final = ("drop", "as-value")
+DUPLICATES_CHOICES: Final = ("error", "keep")
 FIBER_RULE = "exact"
 MISSING = "drop"              # complete cases; "as-value" makes missing (and NaN, ±inf) a value of its own
 MIN_SUPPORT = 1               # pure fibers smaller than this are "unsupported"
 DUPLICATES: Final = "error"       # repeated candidate ids; "keep" audits each row and reports them as findings
 
 # Held-out replays
+REPLAY_POLICIES: Final = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire")
+PRICE_AWARE_POLICIES: Final = ("price_aware", "price_aware_conservative")  # the costs table's, beside the fixed ones
+REPLAY_MODES: Final = ("exact", "calibrated", "familywise")
 REPLAY_SEEDS = 100
 SEED_OFFSET = 0
 CALIBRATION_FRACTION = 0.5
@@ -25,6 +33,8 @@ MIN_SUPPORT_WINDOWS = 5       # calibration neighbours a tolerance window needs 
 PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)  # price of a measurement per false decision
 
 # Completion curves
+REFINEMENTS: Final = ("mixed", "full")
+TIE_BREAKS: Final = ("entropy", "first", "last")
 COMPLETION_SEEDS = 100
 COMPLETION_MIN_SUPPORT = 1
 COMPLETION_POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_aligned", "random", "oracle")

@@ -23,7 +23,6 @@ from dcaudit import defaults
 from dcaudit.errors import SpecError
 
 RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
-PARTITION_RULES = ("exact", "quantile", "width")
 WINDOW_RULES = ("knn", "window")
 
 
@@ -43,6 +42,15 @@ class FiberRule:
         return self.kind in WINDOW_RULES
 
 
+def positive_number(value: str | float) -> float | None:
+    """``value`` as a positive finite number, or None: the widths and tolerances of specs."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if number > 0 and math.isfinite(number) else None
+
+
 def parse_fiber_rule(text: str) -> FiberRule:
     """``exact``, ``quantile:20``, ``width:0.5``, ``knn:25`` or ``window:0.042``."""
     kind, _, arg = str(text).strip().lower().partition(":")
@@ -54,11 +62,8 @@ def parse_fiber_rule(text: str) -> FiberRule:
                             f"{'bins >= 2' if kind == 'quantile' else 'neighbours >= 1'}, e.g. {kind}:20")
         return FiberRule(kind, int(arg))  # type: ignore[arg-type]
     if kind in {"width", "window"}:
-        try:
-            value = float(arg)
-        except ValueError:
-            value = math.nan
-        if not (value > 0 and math.isfinite(value)):
+        value = positive_number(arg)
+        if value is None:
             raise SpecError(f"fiber rule {text!r}: {kind} takes a positive number, e.g. {kind}:0.5")
         return FiberRule(kind, value)  # type: ignore[arg-type]
     raise SpecError(f"unknown fiber rule {text!r}; use exact, quantile:K, width:W, knn:K or window:T")
@@ -77,7 +82,7 @@ class EvidenceMap:
             raise SpecError("the evidence map names no columns")
         if len(set(self.columns)) != len(self.columns):
             raise SpecError(f"evidence columns repeat: {', '.join(self.columns)}")
-        if self.missing not in ("drop", "as-value"):
+        if self.missing not in defaults.MISSING_CHOICES:
             raise SpecError(f"missing = {self.missing!r}: use 'drop' (complete cases) or 'as-value'")
         if self.rule.is_window and len(self.columns) != 1:
             raise SpecError(f"fiber rule {self.rule} windows one numeric column; got {len(self.columns)}")

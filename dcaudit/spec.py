@@ -21,6 +21,7 @@ from dcaudit import defaults
 from dcaudit.claims import Claim, parse_claim
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
+from dcaudit.inputs import Duplicates
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",
              "matbench", "jarvis", "vision"}
@@ -56,7 +57,7 @@ class PipelineSpec:
     audits: tuple[AuditTask, ...]
     sections: dict[str, Any] = field(default_factory=dict)  # replay / completion / … as written
     raw: dict[str, Any] = field(default_factory=dict)
-    duplicates: str = defaults.DUPLICATES     # repeated candidate ids: "error", or "keep" and report them as findings
+    duplicates: Duplicates = defaults.DUPLICATES     # repeated candidate ids: "error", or "keep" and report them as findings
 
     @property
     def spec_hash(self) -> str:
@@ -169,7 +170,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
             if not source[key].strip():
                 raise SpecError(f"{origin}: [source] {key} is empty")
-    if source.get("duplicates", defaults.DUPLICATES) not in ("error", "keep"):
+    if source.get("duplicates", defaults.DUPLICATES) not in defaults.DUPLICATES_CHOICES:
         raise SpecError(f"{origin}: [source] duplicates = {source['duplicates']!r}; use \"error\" (default) or "
                         "\"keep\" (keep repeated ids and report them)")
     if base_dir is not None and isinstance(source.get("path"), str) and not Path(source["path"]).is_absolute():
@@ -223,5 +224,5 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
         audits=tuple(audits),
         sections=sections,
         raw=raw,
-        duplicates=str(source.get("duplicates", defaults.DUPLICATES)),
+        duplicates="keep" if source.get("duplicates") == "keep" else "error",  # checked above
     )

@@ -115,7 +115,7 @@ def code_hash() -> str:
     h = hashlib.sha256()
     for module in (dcaudit, dcaudit.audits, dcaudit.connectors, dcaudit.features, dcaudit.pipelines,
                    dcaudit.reports):
-        root = Path(module.__file__).parent
+        root = Path(module.__file__).parent  # type: ignore[arg-type]  # a package always has a __file__
         for path in sorted(p for p in root.iterdir() if p.suffix in {".py", ".toml"}):
             h.update(f"{module.__name__}/{path.name}\0".encode())
             h.update(path.read_bytes())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -17,8 +18,11 @@ from dcaudit.config import Settings
 from dcaudit.errors import SpecError
 from dcaudit.pipelines.runner import RunResult, execute_run
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
-def simulation_config(experiment: str, seeds: int | None = None, geometries: int | None = None) -> object:
+
+def simulation_config(experiment: str, seeds: int | None = None, geometries: int | None = None) -> DataclassInstance:
     """The experiment's config with the paper's defaults, ``seeds`` overriding its seed count.
 
     ``geometries`` (acquisition only) adds the spread over re-drawn geometries, which the paper lacks.

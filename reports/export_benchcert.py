@@ -40,9 +40,6 @@ FORMAT_VERSION = "1"
 FILES = ("summary.json", "fiber_table.csv", "ambiguous_cases.csv", "report.html")
 FIBER_COLUMNS = ("audit_id", "model", "fiber_key", "evidence_key", "n", "n_true", "n_false", "status",
                  "majority_action", "minority_rate")
-AMBIGUOUS_COLUMNS = ("audit_id", "model", "candidate_id", "fiber_key", "claim_value")
-
-
 def _clean(value: Any) -> Any:
     """JSON-safe: NaN / inf become null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -194,6 +191,3 @@ def _minimal_html(summary: dict) -> str:
             f"{rows}</table>")
 
 
-def read_fiber_table(path: Path | str) -> pa.Table:
-    """Read an exported ``fiber_table.csv`` back (tests, round trips)."""
-    return pacsv.read_csv(path)

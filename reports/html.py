@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dcaudit import defaults
 from dcaudit.errors import IntegrityError
 from dcaudit.reports import charts, explorer
 from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
@@ -28,9 +29,7 @@ REPORT_NAME = "report.html"
 MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file has them all)
 MAX_BARS = 40          # bars in one chart
 MAX_CHARTS = 6         # charts of one kind (e.g. one completion chart per audit)
-STATUS_ORDER = ("certified_true", "certified_false", "ambiguous", "unsupported")
-REPLAY_POLICIES = ("fiber_majority", "global_majority", "certified_only", "certify_then_acquire", "price_aware",
-                   "price_aware_conservative")
+REPLAY_POLICIES = (*defaults.REPLAY_POLICIES, *defaults.PRICE_AWARE_POLICIES)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;
@@ -152,10 +151,6 @@ def _select(pkg: Package, name: str, wanted: Iterable[str], where: str = "TRUE",
     return pkg.sql(q + (f" ORDER BY {order}" if order else ""))
 
 
-def _group_label(row: dict, keys: Sequence[str]) -> str:
-    return " · ".join(str(row[k]) for k in keys if row.get(k) is not None)
-
-
 def _label_expr(pkg: Package, name: str, keys: Sequence[str]) -> str:
     present = _present(pkg, name, keys)
     if not present:
@@ -170,10 +165,9 @@ def _section_summary(pkg: Package) -> str:
         return ""
     label = _label_expr(pkg, "summary", ("audit_id", "model", "fiber_rule"))
     parts = ["<h2 id='summary'>Summary</h2>"]
-    if {"certified_true", "certified_false", "ambiguous", "unsupported", "n_candidates"} <= pkg.cols("summary"):
-        rows = pkg.sql(f"SELECT {label} AS label, certified_true / n_candidates AS certified_true, "
-                       "certified_false / n_candidates AS certified_false, ambiguous / n_candidates AS ambiguous,"
-                       " unsupported / n_candidates AS unsupported FROM summary WHERE n_candidates > 0 "
+    if {*defaults.STATUSES, "n_candidates"} <= pkg.cols("summary"):
+        shares = ", ".join(f"{s} / n_candidates AS {s}" for s in defaults.STATUSES)
+        rows = pkg.sql(f"SELECT {label} AS label, {shares} FROM summary WHERE n_candidates > 0 "
                        f"LIMIT {MAX_BARS}").to_pylist()
         first = pkg.sql("SELECT * FROM summary LIMIT 1").to_pylist()[0]
         parts.append(
@@ -182,7 +176,7 @@ def _section_summary(pkg: Package) -> str:
             f'<span class="kpi"><b>{100 * (first.get("certified_fraction") or 0):.3g}%</b>certified</span>'
             f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
             f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
-        bars = [charts.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in STATUS_ORDER)) for r in rows]
+        bars = [charts.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in defaults.STATUSES)) for r in rows]
         n = pkg.rows["summary"]
         parts.append(charts.stacked_bars(bars, title="Candidates by status, per audit"
                                       + (f" (first {len(bars)} of {n} rows)" if n > len(bars) else "")))
@@ -222,7 +216,7 @@ def _section_fibers(pkg: Package, data: dict | None = None) -> str:
         if "status" in cols:
             sizes = pkg.sql(f"SELECT status, list(n) AS n FROM fibers WHERE {where} GROUP BY status").to_pylist()
             by = {r["status"]: r["n"] for r in sizes}
-            figs.append(charts.fiber_sizes({k: by[k] for k in (*STATUS_ORDER, *sorted(by)) if k in by},
+            figs.append(charts.fiber_sizes({k: by[k] for k in (*defaults.STATUSES, *sorted(by)) if k in by},
                                            title=f"Fiber sizes by status{name}"))
         rows = pkg.sql(f"SELECT {_label_expr(pkg, 'fibers', ('evidence_key', 'model'))} AS label, n, "
                        f"{'n_true' if 'n_true' in cols else 'NULL'} AS n_true, "
@@ -464,11 +458,16 @@ def _section_choice(pkg: Package) -> str:
         rows = pkg.sql(f"SELECT {label} AS label, avg(certified_fraction) AS v, min(certified_fraction) AS lo, "
                        f"max(certified_fraction) AS hi FROM choice GROUP BY 1 ORDER BY 1 LIMIT {MAX_BARS}"
                        ).to_pylist()
-        parts.append(charts.interval_chart([charts.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
-                                        title="Certified fraction per model (mean; whisker = range)",
-                                        x_label="certified fraction"))
+        parts.append(_interval_chart(rows, title="Certified fraction per model (mean; whisker = range)",
+                                     x_label="certified fraction"))
     parts.append(html_table(pkg.table("choice"), total=pkg.rows["choice"]))
     return "".join(parts)
+
+
+def _interval_chart(rows: list[dict], *, title: str, x_label: str) -> str:
+    """Rows of (label, v, lo, hi) as one interval chart."""
+    return charts.interval_chart([charts.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
+                                 title=title, x_label=x_label)
 
 
 def _section_metrics(pkg: Package) -> str:
@@ -484,9 +483,8 @@ def _section_metrics(pkg: Package) -> str:
                        "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
                        f"LIMIT {MAX_BARS}").to_pylist()
         if rows:
-            parts.append(charts.interval_chart([charts.Interval(r["label"], r["v"], r["lo"], r["hi"]) for r in rows],
-                                            title="Metrics in [0, 1] (whisker = confidence interval)",
-                                            x_label="value"))
+            parts.append(_interval_chart(rows, title="Metrics in [0, 1] (whisker = confidence interval)",
+                                         x_label="value"))
     parts.append(html_table(pkg.table("metrics"), total=pkg.rows["metrics"]))
     return "".join(parts)
 

@@ -1,0 +1,21 @@
+"""The calibration/test split every held-out stage shares (replays, completion curves, model choice).
+
+A candidate is in the calibration half at seed ``s`` when ``hash(hash(CAST(id AS VARCHAR)), s) % SPLIT_BUCKETS``
+is below ``fraction * SPLIT_BUCKETS``: no random state, every seed is a column rather than a loop, and one
+seed splits the candidates identically in replay.parquet and completion.parquet.
+"""
+
+from __future__ import annotations
+
+SPLIT_BUCKETS = 1_000_000
+
+
+def split_threshold(fraction: float) -> int:
+    """The bucket below which a candidate is in calibration, for a calibration ``fraction``."""
+    return int(round(fraction * SPLIT_BUCKETS))
+
+
+def split_sql(hash_sql: str, seed_sql: str, threshold: int) -> str:
+    """DuckDB SQL, TRUE for calibration: ``hash_sql`` is the candidate's ``hash(CAST(id AS VARCHAR))``,
+    ``seed_sql`` a BIGINT seed."""
+    return f"(hash({hash_sql}, {seed_sql}) % {SPLIT_BUCKETS}) < {threshold}"
