@@ -28,10 +28,10 @@ lock:  ## re-resolve requirements.lock from pyproject.toml
 test: install  ## run the test suite (uses DCAUDIT_MIRROR for real data)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# mypy checks the core (dcaudit/, cli.py and api.py included), audits/ and pipelines/ ([tool.mypy] in pyproject.toml);
-# reports/, connectors/ and features/ are read for their types only. The folders install as dcaudit.* through package-dir, which mypy cannot
-# follow through the editable install, so they are linked under .venv/mypy-path/dcaudit/ (mypy_path) and the
-# report names the files by their place in the repository.
+# mypy checks the core (dcaudit/, cli and api included), audits/ and pipelines/ ([tool.mypy] in pyproject.toml);
+# reports/, connectors/ and features/ are read for their types only. The folders install as dcaudit.* through
+# package-dir, which mypy cannot follow through the editable install, so they are linked under
+# .venv/mypy-path/dcaudit/ (mypy_path) and the report names each file by its place in the repository.
 MYPY_LINKS := .venv/mypy-path/dcaudit
 
 lint: install  ## ruff, and mypy over the core, audits and pipelines

@@ -670,7 +670,7 @@ def _as_list(value: Any, key: str) -> tuple[str, ...]:
 class CompletionSection:
     """A spec's ``[completion]`` section, validated: which audit, evidence, claim and config to run."""
 
-    task: Any                   # the dcaudit.spec.AuditTask the section refines
+    task: AuditTask             # the audit the section refines
     evidence: EvidenceMap
     claim: Claim
     config: CompletionConfig

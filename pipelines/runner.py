@@ -185,6 +185,9 @@ class _Signals:
     """SIGTERM/SIGINT during a run: the run is recorded as failed at once, then RunInterrupted unwinds it
     (the partial package is removed on the way). Only the main thread can take signals; elsewhere a no-op."""
 
+    signum: int | None
+    _old: dict[int, Any]   # signal -> the handler it had before
+
     def __init__(self, on_signal: Callable[[int, str], None]) -> None:
         self.on_signal, self.signum, self._old = on_signal, None, {}
 
