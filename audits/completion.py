@@ -635,7 +635,7 @@ _SECTION_KEYS = {"audit", "evidence", "claim", "fiber_rule", "table", "probes", 
                  "costs", "budget"}
 
 
-def parse_costs(value: Any, origin: str = "[completion] costs") -> tuple[tuple[str, float], ...]:
+def parse_costs(value: object, origin: str = "[completion] costs") -> tuple[tuple[str, float], ...]:
     """``{probe = price, …}`` (a TOML inline table) or "probe=price,probe=price" (the CLI) -> (probe, price) pairs."""
     if value is None:
         return ()
@@ -658,7 +658,7 @@ def parse_costs(value: Any, origin: str = "[completion] costs") -> tuple[tuple[s
     return tuple(out)
 
 
-def _as_list(value: Any, key: str) -> tuple[str, ...]:
+def _as_list(value: object, key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):

@@ -13,6 +13,7 @@ fail (it is reported by :func:`undefined_gates` so a CI log can say so).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ class GateFailure:
         return f"gate failed: audit {where}: {self.expression} ({shown})"
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return "NULL" if value is None else repr(value) if isinstance(value, str) else str(value)
@@ -168,7 +169,7 @@ def gate_exit_status(failures: Sequence[GateFailure]) -> int:
     return 1 if failures else 0
 
 
-def check_package(run_dir: Any, texts: Sequence[str] | str) -> list[GateFailure]:
+def check_package(run_dir: str | os.PathLike[str], texts: Sequence[str] | str) -> list[GateFailure]:
     """Evaluate gates on the ``summary.parquet`` of an evidence package (the CLI's ``--fail-if`` after a run)."""
     from pathlib import Path
 

@@ -29,7 +29,7 @@ _COMPLETION_KEYS = {"audits", "probes", "seeds", "calibration_fraction", "min_su
                     "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
 
 
-def _names(value: Any, where: str) -> list[str]:
+def _names(value: object, where: str) -> list[str]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
