@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,7 +22,7 @@ from dcaudit.config import Settings, load_settings
 from dcaudit.errors import DcauditError, RunInterrupted
 
 if TYPE_CHECKING:
-    pass
+    from dcaudit.pipelines.batch import Outcome
 
 EPILOG = """\b
 Concepts: a *fiber* is all candidates with the same (discretised) evidence; a *claim* is the
@@ -120,7 +120,7 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
         raise click.UsageError("give a SPEC (dcaudit specs lists the built-in ones) or --all")
     _check_gates(fail_if)
 
-    def gated(o: Any) -> int:
+    def gated(o: Outcome) -> int:
         return o.exit_code or (_apply_gates(o.result.summary.to_arrow(), fail_if) if o.result is not None else 0)
 
     if not (run_all or len(names) > 1):
@@ -152,7 +152,7 @@ def _builtin() -> list[str]:
     return builtin_specs()
 
 
-def _show_outcome(outcome: Any, *, quiet: bool, as_json: bool) -> None:
+def _show_outcome(outcome: Outcome, *, quiet: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), default=str, indent=1))
         return

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from dcaudit.api import Result
 
 
@@ -39,7 +41,7 @@ def check_gates(fail_if: tuple[str, ...]) -> None:
         parse_gates(list(fail_if))
 
 
-def apply_gates(summary: Any, fail_if: tuple[str, ...]) -> int:
+def apply_gates(summary: pa.Table, fail_if: tuple[str, ...]) -> int:
     """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
     if not fail_if:
         return 0

@@ -144,7 +144,7 @@ def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str
     return per, tuple(models)
 
 
-def _require_type(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> None:
+def _require_type(value: object, kind: type | tuple[type, ...], where: str, what: str) -> None:
     """Specs come from TOML or code: a value of the wrong type is a SpecError, never a TypeError later."""
     if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
                                                                                else (kind,)):
