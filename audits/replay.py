@@ -94,8 +94,7 @@ from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 from dcaudit.spec import check_keys
-from dcaudit.splits import SPLIT_BUCKETS as SPLIT_BUCKETS  # re-exported: bench/jarvis_replay.py reads it here
-from dcaudit.splits import split_sql, split_threshold
+from dcaudit.splits import SPLIT_BUCKETS, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
 
 POLICIES = defaults.REPLAY_POLICIES

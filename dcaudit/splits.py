@@ -2,7 +2,8 @@
 
 A candidate is in the calibration half at seed ``s`` when ``hash(hash(CAST(id AS VARCHAR)), s) % SPLIT_BUCKETS``
 is below ``fraction * SPLIT_BUCKETS``: no random state, every seed is a column rather than a loop, and one
-seed splits the candidates identically in replay.parquet and completion.parquet.
+seed splits the candidates identically in replay.parquet and completion.parquet. (The fiber replay also
+computes the same split in numpy, ``dcaudit.audits.replay.split_counts``, checked against DuckDB before use.)
 """
 
 from __future__ import annotations
