@@ -236,7 +236,8 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
 
 
 def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
-             out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb") -> Result:
+             out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb",
+             report: bool = True) -> Result:
     from dcaudit.pipelines import runner
 
     s = _settings(settings)
@@ -257,7 +258,7 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
 
             return _from_run(run_spec_spark(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet))
         return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,
-                                         data=data if not isinstance(data, str | Path) else None))
+                                         data=data if not isinstance(data, str | Path) else None, report=report))
     if engine == "spark":
         raise SpecError("engine = 'spark' records its runs: pass record=True (the CLI does)")
     prepared = runner.prepare_source(spec, s, data if not isinstance(data, str | Path) else None)
@@ -271,7 +272,7 @@ def audit(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
           fiber_rule: str = _FIBER_RULE, min_support: int = _SUPPORT, missing: str = _MISSING,
           duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
           out: str | Path | None = None, force: bool = False, name: str | None = None,
-          quiet: bool = True, engine: str = "duckdb") -> Result:
+          quiet: bool = True, report: bool = True, engine: str = "duckdb") -> Result:
     """Does ``evidence`` decide ``claim``? The mixed-fiber audit of one table.
 
     ``evidence``: column names (a list, or one comma-separated string); ``claim``: a boolean expression
@@ -283,7 +284,7 @@ def audit(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
     """
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=min_support,
                  missing=missing, duplicates=duplicates, sections={}, name=name, origin="dcaudit.audit()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine, report=report)
 
 
 def _defaults_of(config: type) -> dict[str, Any]:
@@ -296,7 +297,7 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
            fiber_rule: str = _FIBER_RULE, missing: str = _MISSING, min_support: int | None = None,
            tolerance: str | float | None = None, reference: str | None = None,
            duplicates: Duplicates = defaults.DUPLICATES, settings: Settings | None = None, record: bool = False,
-           out: str | Path | None = None, force: bool = False, name: str | None = None, quiet: bool = True,
+           out: str | Path | None = None, force: bool = False, name: str | None = None, quiet: bool = True, report: bool = True,
            engine: str = "duckdb", **config: Any) -> Result:
     """Held-out certify-then-acquire replay: what would acting on ``evidence`` cost?
 
@@ -322,13 +323,13 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
                  missing=missing, duplicates=duplicates, sections={"replay": section}, name=name,
                  origin="dcaudit.replay()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, engine=engine, report=report)
 
 
 def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes: str | Sequence[str],
              id: str | None = None, fiber_rule: str = _FIBER_RULE, duplicates: Duplicates = defaults.DUPLICATES,
              settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
-             force: bool = False, name: str | None = None, quiet: bool = True, **config: Any) -> Result:
+             force: bool = False, name: str | None = None, quiet: bool = True, report: bool = True, **config: Any) -> Result:
     """Completion curves: which of ``probes`` to measure next, and what each one certifies on held-out data.
 
     Keywords: the fields of ``CompletionConfig`` (``seeds``, ``min_support``, ``policies``, ``refinement``,
@@ -345,14 +346,14 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
                  missing="drop", duplicates=duplicates, sections={"completion": section}, name=name,
                  origin="dcaudit.complete()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, report=report)
 
 
 def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = None,
                 rules: Sequence[str] | None = None, tolerances: Sequence[str | float] | None = None,
                 reference: str | None = None, min_support: int = _SUPPORT, duplicates: Duplicates = defaults.DUPLICATES,
                 settings: Settings | None = None, record: bool = False, out: str | Path | None = None,
-                force: bool = False, name: str | None = None, quiet: bool = True) -> Result:
+                force: bool = False, name: str | None = None, quiet: bool = True, report: bool = True) -> Result:
     """How the audit moves with the fiber resolution of one numeric evidence column: quantile bins and the
     window rules ``knn:K`` / ``window:T`` (default: quantile 5/10/20/40, knn 25/50/100), plus tolerance
     windows (a width, ``mae`` or ``q80`` against ``reference``)."""
@@ -369,7 +370,7 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     spec = _spec(data, evidence=columns, claim=claim, id=id, fiber_rule="exact", min_support=min_support,
                  missing="drop", duplicates=duplicates, sections={"sensitivity": section}, name=name,
                  origin="dcaudit.sensitivity()")
-    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet)
+    return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, report=report)
 
 
 def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True) -> Result:

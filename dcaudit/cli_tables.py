@@ -61,6 +61,8 @@ _PACKAGE = _compose(
                  "complete)."),
     click.option("--quiet", is_flag=True, help="Print only the package directory."),
     click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary."),
+    click.option("--no-report", "no_report", is_flag=True, help="Leave report.html out of the package (its charts "
+                 "are most of a small audit's time); `dcaudit report RUN` renders it later."),
 )
 
 
@@ -76,7 +78,7 @@ _PACKAGE = _compose(
 @click.pass_obj
 def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
           duplicates: str, fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
-          quiet: bool, as_json: bool, engine: str, fail_if: tuple[str, ...]) -> None:
+          quiet: bool, as_json: bool, no_report: bool, engine: str, fail_if: tuple[str, ...]) -> None:
     """Audit any table FILE (CSV, CSV.gz, TSV or Parquet): does EVIDENCE decide CLAIM?
 
     \b
@@ -91,7 +93,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
     _check_gates(fail_if)
     result = api.audit(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                        min_support=min_support, missing=missing, duplicates=duplicates,  # type: ignore[arg-type]
-                       settings=settings, record=True, out=out, force=force, quiet=quiet or as_json,
+                       settings=settings, report=not no_report, record=True, out=out, force=force, quiet=quiet or as_json,
                        engine=engine)
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
@@ -124,7 +126,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
            duplicates: str, fiber_rule: str, missing: str, seeds: int | None, seed_offset: int | None,
            calibration_fraction: float | None, min_support: int | None, mode: str | None, epsilon: float | None,
            delta: float | None, tolerance: str | None, reference: str | None, engine: str, out: Path | None,
-           force: bool, quiet: bool, as_json: bool, fail_if: tuple[str, ...]) -> None:
+           force: bool, quiet: bool, as_json: bool, no_report: bool, fail_if: tuple[str, ...]) -> None:
     """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
 
     \b
@@ -142,7 +144,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
     _check_gates(fail_if)
     result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                         missing=missing, min_support=min_support, tolerance=tolerance, reference=reference,
-                        duplicates=duplicates, settings=settings, record=True, out=out,  # type: ignore[arg-type]
+                        duplicates=duplicates, settings=settings, report=not no_report, record=True, out=out,  # type: ignore[arg-type]
                         force=force, quiet=quiet or as_json, engine=engine,
                         **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                  mode=mode, epsilon=epsilon, delta=delta))
@@ -180,7 +182,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
              duplicates: str, probes: tuple[str, ...], fiber_rule: str, seeds: int | None, seed_offset: int | None,
              calibration_fraction: float | None, min_support: int | None, policies: str | None,
              random_draws: int | None, refinement: str | None, tie_break: str | None, costs: str | None,
-             budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
+             budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool, no_report: bool) -> None:
     """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
 
     \b
@@ -197,7 +199,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
     from dcaudit.reports.console import print_completion
 
     result = api.complete(file, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
-                          fiber_rule=fiber_rule, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
+                          fiber_rule=fiber_rule, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
                           record=True, out=out, force=force, quiet=quiet or as_json,
                           **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                    min_support=min_support, random_draws=random_draws, refinement=refinement,
@@ -222,7 +224,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
 @click.pass_obj
 def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
                 duplicates: str, rules: str | None, tolerances: str | None, reference: str | None,
-                min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool) -> None:
+                min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool, no_report: bool) -> None:
     """How the audit of one numeric EVIDENCE column moves with the fiber resolution.
 
     \b
@@ -237,7 +239,7 @@ def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim
     result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
                              rules=rules.split(",") if rules else None,
                              tolerances=tolerances.split(",") if tolerances else None, reference=reference,
-                             min_support=min_support, duplicates=duplicates, settings=settings,  # type: ignore[arg-type]
+                             min_support=min_support, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
                              record=True, out=out, force=force, quiet=quiet or as_json)
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):

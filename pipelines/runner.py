@@ -226,8 +226,12 @@ def execute_run(
     replace_existing: bool = False,
     reuse: bool = False,
     quiet: bool = False,
+    report: bool = True,
 ) -> RunResult:
     """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields).
+
+    ``report=False`` leaves report.html out of the package (its charts are most of a small audit's time);
+    ``dcaudit report RUN`` renders it later from the package.
 
     ``inputs`` (input name -> sha256) may be a callable that prepares the source: it then runs under the
     spec lock (two runs never normalise the same source at once) and a failure there (a tampered mirror
@@ -249,7 +253,7 @@ def execute_run(
         with _spec_lock(lock, name):
             return _locked_run(settings, catalog, run_id, run_dir, phase, name=name, spec_payload=spec_payload,
                                spec_hash=spec_hash, inputs=inputs, compute=compute, out_dir=out_dir,
-                               replace_existing=replace_existing, reuse=reuse, quiet=quiet)
+                               replace_existing=replace_existing, reuse=reuse, quiet=quiet, report=report)
     except OSError as exc:
         what = {"locking": "the run did not start", "preparing": "the run did not start",
                 "running": f"run {run_id} failed and is recorded as failed"}.get(phase["now"], f"run {run_id}")
@@ -265,7 +269,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                 spec_payload: Mapping[str, Any], spec_hash: str,
                 inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
                 compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]], out_dir: Path | None,
-                replace_existing: bool, reuse: bool, quiet: bool) -> RunResult:
+                replace_existing: bool, reuse: bool, quiet: bool, report: bool = True) -> RunResult:
     started = time.monotonic()
     stale = catalog.mark_stale_runs_failed(name)
     for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
@@ -332,7 +336,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                         "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
             manifest["seconds"] = round(time.monotonic() - started, 3)
             write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
-                          finalize=_write_report)
+                          finalize=_write_report if report else None)
         except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
             if signals.signum is None:
                 fail("failed", f"{type(exc).__name__}: {exc}")
@@ -421,7 +425,7 @@ def source_inputs(prepared: PreparedSource | UserSource) -> dict[str, str]:
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
              replace_existing: bool = False, with_candidates: bool = True, reuse: bool = False,
-             quiet: bool = False, data: object = None) -> RunResult:
+             quiet: bool = False, data: object = None, report: bool = True) -> RunResult:
     """Run every audit and section of ``spec``, record the run and write its package (``runs/<run_id>`` or
     ``out_dir``). ``data`` (a frame or path) replaces the spec's source, as the Python API passes it."""
     validate_spec(spec)  # before anything is prepared or recorded: a bad section is bad input (exit 2)
@@ -440,7 +444,7 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
-                       reuse=reuse, quiet=quiet)
+                       reuse=reuse, quiet=quiet, report=report)
 
 
 _PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")

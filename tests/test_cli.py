@@ -128,3 +128,13 @@ def test_export_benchcert(env: dict[str, str], bench_csv: Path, tmp_path: Path) 
     assert exported.exit_code == 0, exported.output
     assert {p.name for p in (tmp_path / "bc").iterdir()} == {"summary.json", "fiber_table.csv",
                                                              "ambiguous_cases.csv", "report.html"}
+
+
+def test_no_report_leaves_report_html_for_later(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fast"
+    result = invoke(env, "audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim",
+                    "active = 1", "--out", str(out), "--no-report")
+    assert result.exit_code == 0, result.output
+    assert not (out / "report.html").exists() and (out / "summary.parquet").is_file()
+    rendered = invoke(env, "report", str(out))
+    assert rendered.exit_code == 0 and (out / "report.html").is_file()
