@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from dcaudit import defaults
@@ -400,6 +401,14 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
     tables = {p.stem: pq.read_table(p) for p in sorted(path.glob("*.parquet"))}
     return _result(tables, notes=manifest.get("notes", ()), run_id=manifest.get("run_id"), package_dir=path,
                    manifest=manifest)
+
+
+def console_views() -> ModuleType:
+    """The console views of results and packages (:mod:`dcaudit.reports.console`): the CLI modules print
+    through the API, so only the API and ``cli.py`` reach the reports layer."""
+    from dcaudit.reports import console
+
+    return console
 
 
 def connect_catalog(settings: Settings | None = None) -> duckdb.DuckDBPyConnection:

@@ -67,7 +67,11 @@ def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> No
     if quiet:
         click.echo(str(result.package_dir))
         return
-    from dcaudit.reports.console import print_findings, print_notes, print_summary
+    from dcaudit import api
+
+    print_findings = api.console_views().print_findings
+    print_notes = api.console_views().print_notes
+    print_summary = api.console_views().print_summary
 
     print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
                   if result.candidates is not None else None)

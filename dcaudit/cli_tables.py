@@ -139,7 +139,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
         --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
     """
     from dcaudit import api
-    from dcaudit.reports.console import print_replay
+    print_replay = api.console_views().print_replay
 
     _check_gates(fail_if)
     result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
@@ -196,7 +196,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
         --probes SR-ARE,SR-ATAD5,SR-HSE,SR-MMP
     """
     from dcaudit import api
-    from dcaudit.reports.console import print_completion
+    print_completion = api.console_views().print_completion
 
     result = api.complete(file, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
                           fiber_rule=fiber_rule, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
@@ -234,7 +234,8 @@ def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim
       dcaudit sensitivity preds.csv --evidence pred --claim "gap > 1.0" --tolerances mae --reference dft
     """
     from dcaudit import api
-    from dcaudit.reports.console import print_rows, sensitivity_table
+    print_rows = api.console_views().print_rows
+    sensitivity_table = api.console_views().sensitivity_table
 
     result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
                              rules=rules.split(",") if rules else None,

@@ -117,41 +117,41 @@ def test_duplicate_columns_in_a_pandas_frame() -> None:
 
 def test_sql_comment_in_a_claim_is_refused(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "t.csv", "id,e1,y\n1,0,1\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 -- e1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 -- e1"),
                   "SQL comment")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 /* x */"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1 /* x */"),
                   "SQL comment")
 
 
 def test_text_in_a_numeric_column_names_row_and_value(env: dict[str, str], tmp_path: Path) -> None:
     rows = "\n".join(f"{i},{i * 0.5},1" for i in range(30))
     f = write_csv(tmp_path / "text.csv", f"id,x,y\n{rows}\n30,abc,0\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
                          "--claim", "y = 1"), "text.csv", "row 31", "'x'", "'abc'")
 
 
 def test_a_value_late_in_a_big_csv_is_still_found(env: dict[str, str], tmp_path: Path) -> None:
     rows = "\n".join(f"{i},{i * 0.5},1" for i in range(20_000))
     f = write_csv(tmp_path / "late.csv", f"id,x,y\n{rows}\n20000,n/a,0\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "width:1",
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "width:1",
                          "--claim", "y = 1"), "row 20001", "'n/a'")
 
 
 def test_decimal_commas_are_recognised(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "euro.csv", "id;score;y\n1;0,5;1\n2;1,5;0\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "quantile:2",
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "quantile:2",
                          "--claim", "y = 1"), "decimal comma", "row 1", "'score'")
 
 
 def test_an_all_empty_column_under_quantile(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "empty-col.csv", "id,x,y\n1,,1\n2,,0\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
                          "--claim", "y = 1"), "no values", "'x'")
 
 
 def test_a_string_compared_with_a_number(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "s.csv", "id,e,name\n1,0,abc\n2,1,xyz\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "name > 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "name > 1"),
                   "compares column 'name' (text) with the literal '1'")
 
 
@@ -185,10 +185,10 @@ def test_thousands_of_evidence_columns() -> None:
 
 def test_duplicate_and_empty_ids_are_errors_naming_them(env: dict[str, str], tmp_path: Path) -> None:
     dup = write_csv(tmp_path / "dupid.csv", "id,e,y\na,0,1\nb,0,0\na,1,0\n")
-    fails_cleanly(invoke(env, "audit", str(dup), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(dup), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
                   "repeated candidate id", "'a' (2×)", "--duplicates keep")
     empty = write_csv(tmp_path / "emptyid.csv", "id,e,y\na,0,1\n,0,0\nc,1,0\n")
-    fails_cleanly(invoke(env, "audit", str(empty), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(empty), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
                   "empty id", "rows 2")
 
 
@@ -206,24 +206,24 @@ def test_kept_duplicates_are_reported_as_findings() -> None:
 
 def test_a_ragged_csv_line_is_named(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "ragged.csv", "id,e1,y\n1,0,1\n2,1,0,5\n3,1,1\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
                   "ragged.csv", "line 3", "4 fields", "header has 3")
 
 
 def test_bad_encoding_truncated_gzip_and_corrupt_parquet(env: dict[str, str], tmp_path: Path) -> None:
     enc = tmp_path / "enc.csv"
     enc.write_bytes(b"id,e1,y\n1,0,1\n2,\xff\xfe,0\n")
-    fails_cleanly(invoke(env, "audit", str(enc), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(enc), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
                   "enc.csv", "UTF-8")
     gz = tmp_path / "trunc.csv.gz"
     gz.write_bytes(gzip.compress(b"id,e1,y\n" + b"".join(b"%d,0,1\n" % i for i in range(5000)))[:200])
-    fails_cleanly(invoke(env, "audit", str(gz), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(gz), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
                   "trunc.csv.gz", "truncated")
     good = tmp_path / "good.parquet"
     pq.write_table(pa.table({"id": ["a", "b"], "e1": [0, 1], "y": [1, 0]}), good)
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(good.read_bytes()[:-40])
-    fails_cleanly(invoke(env, "audit", str(bad), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(bad), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
                   "bad.parquet", "Parquet")
 
 
@@ -233,7 +233,7 @@ def test_bad_encoding_truncated_gzip_and_corrupt_parquet(env: dict[str, str], tm
 
 def test_absurd_min_support_cannot_change_the_catalog_types(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "t.csv", "id,e,y\na,0,1\nb,1,0\n")
-    fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "y = 1",
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "y = 1",
                          "--min-support", "999999999999999999999"), "min_support")
 
 
@@ -252,13 +252,13 @@ def test_evidence_names_with_commas(tmp_path: Path, env: dict[str, str]) -> None
     ("DCAUDIT_MEMORY_LIMIT", "1'GB", "DCAUDIT_MEMORY_LIMIT"),
 ])
 def test_bad_settings_are_named(env: dict[str, str], variable: str, value: str, needle: str) -> None:
-    fails_cleanly(invoke({**env, variable: value}, "runs"), needle)
+    assert "error:" in fails_cleanly(invoke({**env, variable: value}, "runs"), needle)
 
 
 def test_home_that_is_a_file(env: dict[str, str], tmp_path: Path) -> None:
     home = tmp_path / "afile"
     home.write_text("x")
-    fails_cleanly(invoke({**env, "DCAUDIT_HOME": str(home)}, "runs"), "is a file")
+    assert "error:" in fails_cleanly(invoke({**env, "DCAUDIT_HOME": str(home)}, "runs"), "is a file")
 
 
 def test_leakage_is_noted() -> None:

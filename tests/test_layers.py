@@ -18,7 +18,7 @@ PACKAGES = {"dcaudit": "dcaudit", "connectors": "dcaudit.connectors", "features"
             "audits": "dcaudit.audits", "pipelines": "dcaudit.pipelines", "reports": "dcaudit.reports"}
 LAYERS = ("dcaudit.connectors", "dcaudit.features", "dcaudit.audits", "dcaudit.pipelines", "dcaudit.reports")
 # the modules of the core that compose the layers above it
-COMPOSERS = {"dcaudit.api", "dcaudit.cli", "dcaudit.cli_common", "dcaudit.cli_tables", "dcaudit.cli_catalog", "dcaudit"}
+COMPOSERS = {"dcaudit.api", "dcaudit.cli", "dcaudit"}
 ALLOWED = {
     "dcaudit": (),                                  # the core: nothing above it
     "dcaudit.connectors": ("dcaudit.connectors", "dcaudit.features"),  # features: Magpie, image corruptions
