@@ -248,7 +248,7 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
             coalesce(sum(least(n_true, n - n_true)), 0) AS benchmark_only_errors,
             median(n) AS median_fiber_size
           FROM f)
-        SELECT {head}, {int(min_support)} AS min_support,
+        SELECT {head}, {int(min_support)}::BIGINT AS min_support,
             {summary_columns_sql("ex.n_excluded")}
         FROM a, ex"""
     ).to_arrow_table()

@@ -43,7 +43,7 @@ from dcaudit.connectors.base import SourceFile, cached_table, fetch, provenance
 from dcaudit.connectors.vision_predictions import CLEAN, PREDICTION_SCHEMA
 from dcaudit.errors import IntegrityError, SpecError, require
 from dcaudit.features import image_corruptions
-from dcaudit.storage import write_table_atomic
+from dcaudit.storage import read_table, write_table_atomic
 
 NORMALISER = "vision-1"
 DIGITS_MODELS = ("logistic", "linear_svm", "rbf_svm", "random_forest", "extra_trees", "knn", "mlp",
@@ -300,7 +300,7 @@ def cached_predictions(path: Path, key: str) -> pa.Table | None:
     if not cached_table(path, key, None, key_field="dcaudit.protocol_hash"):
         return None
     try:
-        return pq.read_table(path)
+        return read_table(path)
     except Exception:  # a corrupt cache is rebuilt, never trusted
         return None
 

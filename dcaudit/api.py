@@ -385,9 +385,7 @@ def run(spec: str | Path, *, force: bool = False, settings: Settings | None = No
 def load(package: str | Path, *, settings: Settings | None = None) -> Result:
     """An evidence package back as a :class:`Result`: a package directory, a run id, or a spec name (its
     latest run). The tables equal those that were saved."""
-    import pyarrow.parquet as pq
-
-    from dcaudit.storage import read_manifest, verify_package
+    from dcaudit.storage import read_manifest, read_table, verify_package
 
     path = Path(package)
     if not (path / "manifest.json").is_file():
@@ -398,7 +396,7 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
     if damaged:
         raise SpecError(f"the package is damaged: {damaged[0]}")
     manifest = read_manifest(path)
-    tables = {p.stem: pq.read_table(p) for p in sorted(path.glob("*.parquet"))}
+    tables = {p.stem: read_table(p) for p in sorted(path.glob("*.parquet"))}
     return _result(tables, notes=manifest.get("notes", ()), run_id=manifest.get("run_id"), package_dir=path,
                    manifest=manifest)
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from dcaudit.storage import read_table
 
 COLUMNS = ("source", "file", "row", "column", "kind", "detail", "candidate_id")
 SCHEMA: dict[str, pl.DataType] = {"source": pl.Utf8(), "file": pl.Utf8(), "row": pl.Int64(), "column": pl.Utf8(),
@@ -87,7 +88,7 @@ def read(path: Path | None) -> pa.Table:
     """A findings Parquet file as Arrow in the schema (no rows when ``path`` is None)."""
     if path is None:
         return ARROW_SCHEMA.empty_table()
-    return pq.read_table(path).select(list(COLUMNS)).cast(ARROW_SCHEMA)
+    return read_table(path).select(list(COLUMNS)).cast(ARROW_SCHEMA)
 
 
 def counts(table: pa.Table | pl.DataFrame) -> list[tuple[str, int]]:

@@ -173,7 +173,7 @@ def check_package(run_dir: str | os.PathLike[str], texts: Sequence[str] | str) -
     """Evaluate gates on the ``summary.parquet`` of an evidence package (the CLI's ``--fail-if`` after a run)."""
     from pathlib import Path
 
-    import pyarrow.parquet as pq
+    from dcaudit.storage import read_table
 
-    summary = pq.read_table(Path(run_dir) / "summary.parquet")
+    summary = read_table(Path(run_dir) / "summary.parquet")
     return evaluate_gates(summary, parse_gates(texts, summary.column_names))

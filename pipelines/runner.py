@@ -53,7 +53,7 @@ from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
 from dcaudit.spec import AuditTask, PipelineSpec
-from dcaudit.storage import concat, verify_package, write_package
+from dcaudit.storage import concat, read_table, verify_package, write_package
 
 
 @dataclass
@@ -151,7 +151,7 @@ def _write_report(partial: Path) -> None:
 
 
 def _load_tables(run_dir: Path) -> dict[str, pa.Table]:
-    return {p.stem: pq.read_table(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
+    return {p.stem: read_table(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
 
 
 @contextlib.contextmanager
