@@ -16,7 +16,7 @@ help:  ## list the targets
 .venv/.installed: pyproject.toml requirements.lock
 	python3 -m venv .venv
 	.venv/bin/pip install -q --disable-pip-version-check uv
-	$(UV) pip install -q --python $(PY) -r requirements.lock
+	$(UV) pip install -q --compile-bytecode --python $(PY) -r requirements.lock
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	touch $@
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -52,6 +52,36 @@ _SUPPORT = AuditTask.min_support
 # ------------------------------------------------------------------------------------------------------------
 # Results.
 
+class Frames(Mapping[str, "pl.DataFrame"]):
+    """The package's tables by name: Arrow underneath, each converted to a polars DataFrame the first time it
+    is read (a command that prints the summary never pays for converting a million-row candidates table)."""
+
+    def __init__(self, tables: Mapping[str, pa.Table]) -> None:
+        self._arrow = dict(tables)
+        self._frames: dict[str, pl.DataFrame] = {}
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        if name not in self._frames:
+            import polars as pl
+
+            frame = pl.from_arrow(self._arrow[name])
+            assert isinstance(frame, pl.DataFrame)
+            self._frames[name] = frame
+        return self._frames[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrow)
+
+    def __len__(self) -> int:
+        return len(self._arrow)
+
+    def arrow(self, name: str) -> pa.Table:
+        return self._arrow[name]
+
+    def rows(self, name: str) -> int:
+        return self._arrow[name].num_rows
+
+
 @dataclass(frozen=True, repr=False)
 class Result:
     """The evidence package of one run, as polars DataFrames (``summary``, ``fibers``, ``candidates``, and
@@ -66,6 +96,12 @@ class Result:
 
     def table(self, name: str) -> pl.DataFrame | None:
         return self.tables.get(name)
+
+    def arrow(self, name: str) -> pa.Table | None:
+        """A table as Arrow, without converting it to polars (None when the run did not make it)."""
+        if name not in self.tables:
+            return None
+        return self.tables.arrow(name) if isinstance(self.tables, Frames) else self.tables[name].to_arrow()
 
     summary = property(lambda self: self.tables["summary"], doc="One row per audit.")
     fibers = property(lambda self: self.tables.get("fibers"), doc="One row per fiber.")
@@ -119,7 +155,7 @@ class Result:
         run_id = self.run_id or _new_run_id("result")
         manifest = {k: v for k, v in self.manifest.items() if k not in ("run_id", "row_counts", "files")}
         manifest.setdefault("notes", list(self.notes))
-        write_package(target, run_id, {k: v.to_arrow() for k, v in self.tables.items()}, manifest,
+        write_package(target, run_id, {k: self.arrow(k) for k in self.tables}, manifest,
                       replace_existing=target.exists())
         return target
 
@@ -134,7 +170,7 @@ class Result:
             if len(lines) > 12:
                 lines.append(f"  … {self.summary.height - 11} more audits")
                 break
-        lines.append(f"  tables: {', '.join(f'{k} ({v.height})' for k, v in self.tables.items())}")
+        lines.append(f"  tables: {', '.join(f'{k} ({self.arrow(k).num_rows})' for k in self.tables)}")  # type: ignore[union-attr]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -144,7 +180,7 @@ class Result:
             import html
 
             return f"<pre>{html.escape(repr(self))}</pre>"
-        return render_html({k: v.to_arrow() for k, v in self.tables.items()}, title=self.run_id or "dcaudit result",
+        return render_html({k: self.arrow(k) for k in self.tables}, title=self.run_id or "dcaudit result",
                            notes=self.notes)
 
 
@@ -155,16 +191,14 @@ def _pct(value: float | None) -> str:
 def _result(tables: Mapping[str, pa.Table], *, notes: Sequence[str], run_id: str | None,
             package_dir: Path | None = None, manifest: Mapping[str, Any] | None = None,
             reused_from: str | None = None) -> Result:
-    import polars as pl
-
     from dcaudit.storage import with_run_id
 
-    frames = {}
+    arrow = {}
     for name, table in tables.items():
         if run_id is not None and "run_id" not in table.column_names:
             table = with_run_id(table, run_id)
-        frames[name] = pl.from_arrow(table)
-    return Result(frames, tuple(notes), run_id, package_dir, dict(manifest or {}), reused_from)  # type: ignore[arg-type]
+        arrow[name] = table
+    return Result(Frames(arrow), tuple(notes), run_id, package_dir, dict(manifest or {}), reused_from)
 
 
 def _from_run(run: RunResult) -> Result:

@@ -133,12 +133,12 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
     if as_json:
         click.echo(json.dumps([o.as_dict() for o in outcomes], default=str, indent=1))
     elif not quiet:
-        import pyarrow as pa
-
         from dcaudit.reports.console import print_rows
+        from dcaudit.storage import arrow_table
 
-        print_rows(pa.Table.from_pylist([{k: o.as_dict()[k] for k in ("spec", "status", "run_id", "seconds",
-                                                                      "error")} for o in outcomes]))
+        keys = ("spec", "status", "run_id", "seconds", "error")
+        print_rows(arrow_table({k: [o.as_dict()[k] for o in outcomes] for k in keys},
+                               {"seconds": "float64", "error": "string", "run_id": "string"}))
         skipped = sum(o.status == "skipped" for o in outcomes)
         click.echo(f"{sum(o.exit_code == 0 for o in outcomes)} of {len(outcomes)} spec(s) ok"
                    + (f", {skipped} skipped (source not available offline)" if skipped else "")

@@ -73,8 +73,13 @@ def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> No
     print_notes = api.console_views().print_notes
     print_summary = api.console_views().print_summary
 
-    print_summary(result.summary.to_arrow(), title, result.candidates.to_arrow()
-                  if result.candidates is not None else None)
-    if result.findings is not None:
-        print_findings(result.findings.to_arrow())
+    # Arrow straight from the result (no polars round trip), and only the columns the console reads.
+    candidates = result.arrow("candidates")
+    if candidates is not None:
+        candidates = candidates.select([c for c in ("audit_id", "model", "excluded_reason")
+                                        if c in candidates.column_names])
+    print_summary(result.arrow("summary"), title, candidates)
+    findings = result.arrow("findings")
+    if findings is not None:
+        print_findings(findings)
     print_notes(result.notes)

@@ -98,7 +98,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         click.echo(f"evidence package -> {result.package_dir}")
-    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
+    sys.exit(_apply_gates(result.arrow("summary"), fail_if))
 
 
 @click.command()
@@ -150,9 +150,9 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
                                  mode=mode, epsilon=epsilon, delta=delta))
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
-        print_replay(result.replay.to_arrow())
+        print_replay(result.arrow("replay"))
         click.echo(f"evidence package -> {result.package_dir}")
-    sys.exit(_apply_gates(result.summary.to_arrow(), fail_if))
+    sys.exit(_apply_gates(result.arrow("summary"), fail_if))
 
 
 @click.command()
@@ -207,7 +207,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
                                    policies=policies.split(",") if policies else None))
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
-        print_completion(result.completion.to_arrow(), seeds or defaults.COMPLETION_SEEDS)
+        print_completion(result.arrow("completion"), seeds or defaults.COMPLETION_SEEDS)
         click.echo(f"evidence package -> {result.package_dir}")
 
 
@@ -244,7 +244,7 @@ def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim
                              record=True, out=out, force=force, quiet=quiet or as_json)
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
-        print_rows(sensitivity_table(result.sensitivity.to_arrow()))
+        print_rows(sensitivity_table(result.arrow("sensitivity")))
         click.echo(f"evidence package -> {result.package_dir}")
 
 

@@ -31,10 +31,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.parquet as pq
 
 from dcaudit.reports import depict
+from dcaudit.storage import arrow_table
 
 PAGE = 24                  # members per page (the first page gets pictures)
 FIBER_PAGE = 25            # fibers per page of the list
@@ -270,7 +271,7 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
                      "SELECT avg(length(CAST(candidate_id AS VARCHAR))) FROM (SELECT candidate_id FROM candidates "
                      "LIMIT 20000)").column(0)[0].as_py() or 8.0
     caps = member_caps([f["n"] for f in fibers], int(member_budget / (id_len + 2)), page)
-    pkg.con.register("_xcap", pa.table({"fx": pa.array(range(len(caps)), pa.int64()), "cap": pa.array(caps, pa.int64())}))
+    pkg.con.register("_xcap", arrow_table({"fx": range(len(caps)), "cap": caps}, {"fx": "int64", "cap": "int64"}))
     on = " AND ".join([f"x.{q(k)} IS NOT DISTINCT FROM c.{q(k)}" for k in keys] + ["x.fiber_key = c.fiber_key"])
     claim = "c.claim_value" if "claim_value" in ccols else "NULL::BOOLEAN"
     status = "c.status = 'ambiguous' AND " if "status" in ccols else ""
@@ -281,7 +282,7 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
             FROM _xf x JOIN candidates c ON {on} WHERE {status}c.fiber_key IS NOT NULL) m
         JOIN _xcap USING (fx) WHERE rn <= cap ORDER BY fx, rn""")
     pkg.con.unregister("_xcap")
-    fx = members.column("fx").to_numpy()
+    fx = np.asarray(members.column("fx").to_pylist(), dtype=np.int64)  # Arrow's to_numpy imports pandas
     ids = members.column("id").to_pylist()
     cvs = members.column("cv").to_pylist()
     bounds = _runs(fx, len(fibers))
@@ -303,8 +304,6 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
 
 def _runs(fx: Any, n: int) -> list[tuple[int, int]]:
     """(start, end) of each fiber's rows in the fx-sorted member list."""
-    import numpy as np
-
     starts = np.searchsorted(fx, np.arange(n), side="left")
     ends = np.searchsorted(fx, np.arange(n), side="right")
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
@@ -327,7 +326,7 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
     con = pkg.con
     smiles_of: dict[str, str] = dict(smiles or {})
     formula_of: dict[str, str] = {}
-    con.register("_xid", pa.table({"id": pa.array(wanted, pa.string())}))
+    con.register("_xid", arrow_table({"id": wanted}, {"id": "string"}))
     try:
         for t in tables:
             if not ({"smiles", "formula"} & set(t.kinds)):
@@ -446,10 +445,9 @@ def _vision_tiles(con: Any, tables: list[SourceTable], fibers: list[dict], first
     if not rows:
         return {}
     cols = list(zip(*rows, strict=True))
-    members = pa.table({"fx": pa.array(cols[0], pa.int64()), "j": pa.array(cols[1], pa.int64()),
-                        "id": pa.array(cols[2], pa.string()), "src": pa.array(cols[3], pa.string()),
-                        "split": pa.array(cols[4], pa.string()), "model": pa.array(cols[5], pa.string()),
-                        "cond": pa.array(cols[6], pa.string())})
+    names = ("fx", "j", "id", "src", "split", "model", "cond")
+    members = arrow_table(dict(zip(names, cols, strict=True)),
+                          {n: "int64" if n in ("fx", "j") else "string" for n in names})
     con.register("_xm", members)
     out: dict[tuple[int, int], list] = {}
     try:

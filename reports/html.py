@@ -24,6 +24,7 @@ from dcaudit import defaults
 from dcaudit.errors import IntegrityError
 from dcaudit.reports import charts, explorer
 from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
+from dcaudit.storage import arrow_table
 
 REPORT_NAME = "report.html"
 MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file has them all)
@@ -512,24 +513,24 @@ def _section_provenance(pkg: Package) -> str:
                   ("code sha256", m.get("code_hash")), ("cache key", m.get("cache_key"))])]
     inputs = m.get("inputs") or {}
     if inputs:
-        parts.append("<h3>Inputs</h3>" + html_table(pa.table({"input": list(inputs), "sha256": list(inputs.values())}),
+        parts.append("<h3>Inputs</h3>" + html_table(arrow_table({"input": list(inputs), "sha256": list(inputs.values())}),
                                                    max_rows=200))
     sources = [r for r in (m.get("sources") or []) if isinstance(r, dict)]
     if sources:
         keys = list(dict.fromkeys(k for r in sources for k in r))
-        parts.append("<h3>Sources</h3>" + html_table(pa.table({k: [str(r.get(k, "")) for r in sources]
+        parts.append("<h3>Sources</h3>" + html_table(arrow_table({k: [str(r.get(k, "")) for r in sources]
                                                                for k in keys}), max_rows=200))
     timings = m.get("timings") or {}
     if timings:
-        parts.append("<h3>Stage timings</h3>" + html_table(pa.table({"stage": list(timings),
+        parts.append("<h3>Stage timings</h3>" + html_table(arrow_table({"stage": list(timings),
                                                                      "seconds": [float(v) for v in timings.values()]})))
     files = m.get("files") or {}
     counts = m.get("row_counts") or {}
     if files or counts:
         names = sorted(set(files) | {f"{k}.parquet" for k in counts})
-        parts.append("<h3>Package files</h3>" + html_table(pa.table({
+        parts.append("<h3>Package files</h3>" + html_table(arrow_table({
             "file": names, "rows": [counts.get(n.removesuffix(".parquet")) for n in names],
-            "sha256": [files.get(n) for n in names]}), max_rows=200))
+            "sha256": [files.get(n) for n in names]}, {"rows": "int64", "sha256": "string"}), max_rows=200))
     notes = m.get("notes") or []
     if notes:
         parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")
