@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -57,6 +58,9 @@ from dcaudit.storage import (
     write_bytes_atomic,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
 
 STORAGE_VERSION = "v1.5.0"   # the DuckDB 1.5 shell (and later) reads the catalog
 CATALOG_FORMAT = "2"         # bump when the build changes what the catalog holds: catalogs rebuild themselves
@@ -300,7 +304,9 @@ class Catalog:
 
     def rebuild(self, *, reason: str | None = None) -> BuildReport:
         """Build catalog.duckdb from the records and packages, now (``dcaudit catalog rebuild``)."""
-        return self._refresh(force=True, reason=reason)
+        report = self._refresh(force=True, reason=reason)
+        assert report is not None  # a forced refresh always builds
+        return report
 
     def refresh(self) -> BuildReport | None:
         """Rebuild the catalog if it no longer matches the records and packages; None when it was current."""
@@ -629,7 +635,8 @@ class Catalog:
                 out.append(d)
         return out
 
-    def _sandboxed(self, catalog: duckdb.DuckDBPyConnection, sql: str):  # noqa: ANN202
+    def _sandboxed(self, catalog: duckdb.DuckDBPyConnection,
+                   sql: str) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyRelation]:
         """An in-memory connection with the catalog's tables it names, file access limited to directories
         outside DCAUDIT_HOME, and the configuration locked (no SET can give access back)."""
         names = [r[0] for r in catalog.execute(
@@ -918,20 +925,21 @@ def _duck_type(kind: str) -> str:
                                                       else "VARCHAR")
 
 
-def _runs_frame(rows: list[dict]) -> object:
+def _runs_frame(rows: list[dict]) -> pl.DataFrame:
     """The runs rows as a polars frame for DuckDB to scan. Not ``pa.Table.from_pylist``: converting Python
     objects makes pyarrow import pandas, ~0.3 s of every command that records a run."""
     import polars as pl
 
-    kinds = {"VARCHAR": pl.String, "TIMESTAMP": pl.Datetime("us"), "DOUBLE": pl.Float64}
+    kinds: dict[str, pl.DataType] = {"VARCHAR": pl.String(), "TIMESTAMP": pl.Datetime("us"), "DOUBLE": pl.Float64()}
     return pl.DataFrame(rows, schema={c: kinds[t] for c, t in RUNS_SCHEMA}, orient="row")
 
 
 def _record(**values: object) -> dict:
     record = {c: values.get(c) for c in _RUN_COLUMNS}
     for col in ("started_at", "finished_at"):
-        if isinstance(record[col], datetime):
-            record[col] = record[col].isoformat(timespec="microseconds")
+        value = record[col]
+        if isinstance(value, datetime):
+            record[col] = value.isoformat(timespec="microseconds")
     record["pid"] = values.get("pid", os.getpid())
     record["host"] = values.get("host", socket.gethostname())
     record["record_version"] = 1

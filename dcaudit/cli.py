@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+import dcaudit
 from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
@@ -65,7 +66,7 @@ class _Group(click.Group):
               "(default $DCAUDIT_MIRROR).")
 @click.option("--memory-limit", help="DuckDB memory limit, e.g. 8GB (default $DCAUDIT_MEMORY_LIMIT or 8GB).")
 @click.option("--threads", type=click.IntRange(min=1), help="DuckDB threads (default: all cores).")
-@click.version_option(package_name="dcaudit")
+@click.version_option(version=dcaudit.__version__, package_name="dcaudit")  # no metadata lookup (0.13 s)
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit: str | None,
         threads: int | None) -> None:
