@@ -29,6 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from dcaudit.config import Settings
 from dcaudit.errors import IntegrityError, MissingSourceError, SpecError
+from dcaudit.spec import check_keys
 from dcaudit.storage import cached_table, md5_file, sha256_file
 
 __all__ = ["Connector", "FetchedFile", "NoOptions", "PreparedSource", "SourceConnector", "SourceFile",
@@ -167,11 +168,7 @@ def parse_options(connector: str, options_type: type[OptionsT], raw: Mapping[str
     """A spec's ``[source]`` options as ``options_type``; unknown names and wrong types are one SpecError."""
     raw = dict(raw or {})
     fields = {f.name: f for f in dataclasses.fields(options_type)}  # type: ignore[arg-type]
-    allowed = ", ".join(fields) or "none"
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        raise SpecError(f"[source] connector {connector!r}: unknown option(s) {', '.join(unknown)}; "
-                        f"allowed: {allowed}")
+    check_keys(raw, fields, f"[source] connector {connector!r}", what="option")
     hints = typing.get_type_hints(options_type)
     values = {}
     for key, value in raw.items():

@@ -69,7 +69,13 @@ def check_keys(raw: Iterable[object], allowed: Collection[str], where: str, *, w
     check of spec sections, ``[[audits]]`` entries and the API's options."""
     unknown = set(raw) - set(allowed)
     if unknown:
-        raise SpecError(f"{where}: unknown {what}(s) {sorted(map(str, unknown))}; allowed: {sorted(allowed)}")
+        import difflib
+
+        names = sorted(map(str, unknown))
+        close = {n: difflib.get_close_matches(n, [str(a) for a in allowed], n=1) for n in names}
+        hint = "; ".join(f"{n!r}: did you mean {m[0]!r}?" for n, m in close.items() if m)
+        raise SpecError(f"{where}: unknown {what}(s) {names}" + (f" ({hint})" if hint else "")
+                        + f"; allowed: {sorted(allowed)}")
 
 
 MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count

@@ -135,6 +135,7 @@ def test_a_typo_in_a_section_exits_2_before_the_source_is_prepared(tmp_path: Pat
     home = tmp_path / "home"
     result = CliRunner().invoke(cli, ["run", str(spec)], env={"DCAUDIT_HOME": str(home), "DCAUDIT_OFFLINE": "1"})
     assert result.exit_code == 2 and "seedz" in result.output and "Traceback" not in result.output
+    assert "did you mean 'seeds'?" in result.output
     assert not (home / "tables").exists()          # the source was never prepared
     assert not list((home / "runs").glob("*")) if (home / "runs").exists() else True  # and no run recorded
     catalog = home / "catalog.duckdb"
