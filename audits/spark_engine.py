@@ -175,6 +175,8 @@ class SparkEngine:
         self._frames: dict[str, Any] = {}   # DuckDB relation -> a DataFrame given to register()
         self._views: dict[str, str] = {}    # DuckDB relation -> its Spark temp view
         self._registered: list[str] = []    # DuckDB objects register() created
+        self._groups: dict[str, pa.Table] = {}  # evidence SQL -> its group counts (audits that differ only in
+        #                                         min_support share one grouping pass over the cluster's data)
         self._tag = next(_counter)
 
     @classmethod
@@ -238,9 +240,11 @@ class SparkEngine:
         keys = ", ".join(ev.key_columns)
         lohi = ("CAST(NULL AS DOUBLE) AS lo, CAST(NULL AS DOUBLE) AS hi" if ev.evidence.rule.kind == "exact"
                 else "min(x0) AS lo, max(x0) AS hi")
-        groups = self._collect(
-            f"SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true, "
-            f"{lohi} FROM ({ev.sql}) e GROUP BY {keys}, reason IS NULL", ev)
+        groups = self._groups.get(ev.sql)
+        if groups is None:
+            groups = self._groups[ev.sql] = self._collect(
+                f"SELECT {keys}, reason IS NULL AS audited, count(*) AS n, CAST(count_if(y) AS BIGINT) AS n_true, "
+                f"{lohi} FROM ({ev.sql}) e GROUP BY {keys}, reason IS NULL", ev)
         name = f"{into}_arrow"
         self.con.register(name, groups)
         try:
@@ -315,6 +319,7 @@ class SparkEngine:
         return split_halves(n, t, n_cal, t_cal, n_excluded)
 
     def close(self) -> None:
+        self._groups.clear()
         for view in self._views.values():
             self.spark.catalog.dropTempView(view)
         self._views.clear()
