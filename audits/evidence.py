@@ -17,15 +17,17 @@ a value of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, value_kind
+from dcaudit.claims import DUCKDB, Claim, SqlDialect, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import SpecError
-from dcaudit.evidence_map import EvidenceMap, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
+from dcaudit.evidence_map import EvidenceMap, EvidenceSQL, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
 from dcaudit.inputs import ROW, column_types, guard_nan, label_of, require_numeric
+
+if TYPE_CHECKING:
+    from dcaudit.engine import Engine
 
 MAX_QUANTILE_BINS = 100_000  # a bin rule asks for a partition, not a sort order: far more bins are a typo
 
@@ -51,10 +53,9 @@ def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[
     return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
 
 
-def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
-            quote: Callable[[str], str] = quote_identifier) -> str:
-    """The fiber-key part of one column (the same SQL in DuckDB and Spark; only quoting differs)."""
-    col = quote(column)
+def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None, dialect: SqlDialect = DUCKDB) -> str:
+    """The fiber-key part of one column (the same SQL in DuckDB and Spark; quoting and literals by ``dialect``)."""
+    col = dialect.identifier(column)
     if rule.kind == "exact":
         return col
     x = f"CAST({col} AS DOUBLE)"
@@ -63,7 +64,7 @@ def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
     if rule.kind == "width":
         return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN {_WIDTH_NAN} "
                 f"WHEN {x} = {pos} THEN {_WIDTH_POS_INF} WHEN {x} = {neg} THEN {_WIDTH_NEG_INF} "
-                f"ELSE CAST(floor({x} / {rule.param!r}) AS BIGINT) END")
+                f"ELSE CAST(floor({x} / {dialect.double(float(rule.param or 0))}) AS BIGINT) END")
     if rule.kind == "quantile":
         # Bin index = number of cut points strictly below the value: bins are (lo, hi]. Found by binary
         # search over the sorted cuts as nested CASEs (log2 K comparisons per value instead of K - 1:
@@ -72,38 +73,31 @@ def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None,
         return (f"CASE WHEN {col} IS NULL THEN NULL WHEN isnan({x}) THEN CAST({k + NAN_CODE_OFFSET} AS INTEGER) "
                 f"WHEN {x} = {pos} THEN CAST({k + POS_INF_OFFSET} AS INTEGER) "
                 f"WHEN {x} = {neg} THEN CAST({k + NEG_INF_OFFSET} AS INTEGER) "
-                f"ELSE {_search_sql(x, sorted(cuts or []), 0, k)} END")
+                f"ELSE {_search_sql(x, sorted(cuts or []), 0, k, dialect)} END")
     raise SpecError(f"fiber rule {rule} gives each candidate its own window; use the sensitivity audit")
 
 
-def _search_sql(col: str, cuts: list[float], lo: int, hi: int) -> str:
+def _search_sql(col: str, cuts: list[float], lo: int, hi: int, dialect: SqlDialect = DUCKDB) -> str:
     """The number of ``cuts`` strictly below ``col``, known to lie in ``lo .. hi``."""
     if lo == hi:
         return f"CAST({lo} AS INTEGER)"
     mid = (lo + hi) // 2  # col > cuts[mid] -> at least mid + 1 cuts below
-    return (f"CASE WHEN {col} > {cuts[mid]!r} THEN {_search_sql(col, cuts, mid + 1, hi)} "
-            f"ELSE {_search_sql(col, cuts, lo, mid)} END")
-
-
-@dataclass(frozen=True)
-class EvidenceSQL:
-    """The SELECT that turns a source relation into (candidate_id, k0..kn, x0, y, reason)."""
-
-    sql: str
-    key_columns: tuple[str, ...]
-    cuts: dict[str, list[float]]
-    claim_sql: str = ""   # the claim as NaN- and division-safe SQL over this relation
-    label: str = ""       # the user's name of the relation (for messages)
+    return (f"CASE WHEN {col} > {dialect.double(cuts[mid])} THEN {_search_sql(col, cuts, mid + 1, hi, dialect)} "
+            f"ELSE {_search_sql(col, cuts, lo, mid, dialect)} END")
 
 
 def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
-                    claim: Claim, available: list[str]) -> EvidenceSQL:
+                    claim: Claim, available: list[str], *, engine: Engine | None = None) -> EvidenceSQL:
     """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
 
     ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
     Exclusion reasons (first that applies): ``evidence_missing``, ``evidence_nan``, ``evidence_infinite``
     (only under ``missing = "drop"``; under ``as-value`` they are fibers of their own), ``claim_missing`` (a
     column the claim reads is empty), ``claim_undefined`` (a division by zero or a NaN in the claim).
+
+    The checks and column types come from ``relation`` in ``con`` (the driver's DuckDB, where every input is
+    registered). The SQL is written for ``engine`` (default: DuckDB on ``con``): in its dialect, over its
+    name of the relation, with quantile cuts computed by it — one builder for every engine.
     """
     shown = [c for c in available if c != ROW]
     check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
@@ -113,33 +107,38 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     if emap.rule.kind in {"quantile", "width"}:
         for col in emap.columns:
             require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")
-    y_sql = claim_sql(claim, types)
-    q = quote_identifier
+    d = engine.dialect if engine is not None else DUCKDB
+    source = engine.source(relation) if engine is not None else relation
+    y_sql = claim_sql(claim, types, d)
+    q = d.identifier
     floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"]
     complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)
-    finite = " AND ".join(f"isfinite({q(c)})" for c in floats) or "TRUE"
+    finite = " AND ".join(d.is_finite(q(c)) for c in floats) or "TRUE"
     cuts: dict[str, list[float]] = {}
     if emap.rule.kind == "quantile":
         # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
         where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
-        cuts = quantile_cuts(con, relation, emap.columns, int(emap.rule.param or 0), where)
+        k = int(emap.rule.param or 0)
+        cuts = (engine.quantile_cuts(source, emap.columns, k, where) if engine is not None
+                else quantile_cuts(con, relation, emap.columns, k, where))
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
-    parts = [f"{bin_sql(c, emap.rule, cuts.get(c))} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
+    parts = [f"{bin_sql(c, emap.rule, cuts.get(c), d)} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
     reasons = []
     if emap.missing == "drop":
         reasons.append(f"WHEN NOT ({complete}) THEN 'evidence_missing'")
         if floats:
             reasons.append(f"WHEN {' OR '.join(f'isnan({q(c)})' for c in floats)} THEN 'evidence_nan'")
-            reasons.append(f"WHEN {' OR '.join(f'isinf({q(c)})' for c in floats)} THEN 'evidence_infinite'")
+            reasons.append(f"WHEN {' OR '.join(d.is_inf(q(c)) for c in floats)} THEN 'evidence_infinite'")
     if claim.columns:
         reasons.append(f"WHEN {' OR '.join(f'{q(c)} IS NULL' for c in claim.columns)} THEN 'claim_missing'")
     reasons.append(f"WHEN ({y_sql}) IS NULL THEN 'claim_undefined'")
     first = q(emap.columns[0])
-    x0 = f"TRY_CAST({first} AS DOUBLE)" if emap.rule.kind != "exact" else "NULL::DOUBLE"
+    x0 = d.try_double(first) if emap.rule.kind != "exact" else d.null_double
     sql = (
-        f"SELECT CAST({q(id_column)} AS VARCHAR) AS candidate_id, {', '.join(parts)}, "
+        f"SELECT CAST({q(id_column)} AS {d.text_type}) AS candidate_id, {', '.join(parts)}, "
         f"{x0} AS x0, CAST({y_sql} AS BOOLEAN) AS y, "
         f"CASE {' '.join(reasons)} END AS reason "
-        f"FROM {relation}"
+        f"FROM {source}"
     )
-    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, claim_sql=y_sql, label=label_of(relation))
+    return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, evidence=emap, claim=claim, relation=relation,
+                       claim_sql=y_sql, label=label_of(relation))

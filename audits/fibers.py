@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
-from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import column_types, duckdb_message
+from dcaudit.errors import SpecError
+from dcaudit.inputs import column_types
 from dcaudit.stage import FiberAudit
+
+if TYPE_CHECKING:
+    from dcaudit.engine import Engine
 
 _counter = itertools.count()
 
@@ -260,6 +264,24 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
     return summary, fibers
 
 
+# The candidates table after the engine's join: every candidate's fiber and status (docs/package.md).
+CANDIDATE_COLUMNS = (("candidate_id", pa.string()), ("fiber_key", pa.int64()), ("claim_value", pa.bool_()),
+                     ("status", pa.string()), ("excluded_reason", pa.string()))
+
+
+def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:
+    """The candidates table: the constant columns of the audit (as :func:`summarise_groups` writes them)
+    before an engine's candidate rows (:data:`CANDIDATE_COLUMNS`, in their order)."""
+    n = rows.num_rows
+    head = {"source": labels.source, "audit_id": labels.audit_id, "claim": claim.text, "evidence": evidence.label,
+            "fiber_rule": str(evidence.rule), "model": labels.model}
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        name: pa.repeat(pa.scalar(value, pa.string()), n) for name, value in head.items()}
+    for name, kind in CANDIDATE_COLUMNS:
+        columns[name] = rows[name].cast(kind)
+    return pa.table(columns)
+
+
 def audit_fibers(
     con: duckdb.DuckDBPyConnection,
     relation: str,
@@ -270,36 +292,37 @@ def audit_fibers(
     min_support: int = 1,
     labels: AuditLabels,
     with_candidates: bool = True,
+    engine: Engine | None = None,
 ) -> FiberAudit:
-    """Run the audit on ``relation`` (a table or view in ``con``); all grouping happens in DuckDB."""
+    """Run the audit on ``relation`` (a table or view in ``con``).
+
+    The passes over candidates (quantile cuts, the grouping into fibers, the candidates join) run on
+    ``engine`` — DuckDB on ``con`` by default, or Spark (:mod:`dcaudit.audits.spark_engine`) — and the
+    grouped rows are finished here on ``con`` by :func:`summarise_groups`, the same for every engine.
+    """
     if min_support < 1:
         raise SpecError(f"min_support must be >= 1, got {min_support}")
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window rule; use the sensitivity audit for it")
+    if engine is None:
+        from dcaudit.audits.engine import DuckDBEngine
+
+        engine = DuckDBEngine(con)
+    elif engine.con is not con:
+        raise ValueError("the engine must finish its passes on the connection that holds the relation")
     available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available)
+    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available, engine=engine)
     tag = next(_counter)
-    ev_t, grp_t, fib_t = f"_ev_{tag}", f"_grp_{tag}", f"_fib_{tag}"
-    # The evidence stays a view: one scan groups it (excluded rows in their own groups), and the
-    # per-candidate columns (id as text) are only computed when the candidates table is asked for.
-    con.execute(f"CREATE TEMP VIEW {ev_t} AS {ev.sql}")
+    grp_t, fib_t = f"_grp_{tag}", f"_fib_{tag}"
+    # One grouping pass over the evidence (excluded rows in their own groups); the per-candidate columns
+    # (id as text) are only computed when the candidates table is asked for.
+    engine.group_counts(ev, grp_t)
     try:
-        group_evidence(con, ev_t, grp_t, ev, evidence, relation, claim)
-    except duckdb.Error as exc:
-        con.execute(f"DROP VIEW IF EXISTS {ev_t}")
-        raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
-                         file=ev.label or relation) from None
-    summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
-                                       min_support=min_support, labels=labels, fibers_table=fib_t)
-    candidates = None
-    if with_candidates:
-        head = _head(labels, claim, evidence)
-        on = " AND ".join(f"e.{k} IS NOT DISTINCT FROM f.{k}" for k in ev.key_columns)
-        candidates = con.sql(
-            f"""SELECT {head}, e.candidate_id, f.fiber_key, e.y AS claim_value,
-                       coalesce(f.status, 'excluded') AS status, e.reason AS excluded_reason
-                FROM {ev_t} e LEFT JOIN {fib_t} f ON e.reason IS NULL AND {on}
-                ORDER BY e.candidate_id"""
-        ).to_arrow_table()
-    con.execute(f"DROP VIEW {ev_t}; DROP TABLE {grp_t}; DROP TABLE {fib_t}")
+        summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
+                                           min_support=min_support, labels=labels, fibers_table=fib_t)
+        candidates = None
+        if with_candidates:
+            candidates = labelled_candidates(engine.candidates(ev, fib_t), labels, claim, evidence)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {grp_t}; DROP TABLE IF EXISTS {fib_t}")
     return FiberAudit(summary=summary, fibers=fibers, candidates=candidates)

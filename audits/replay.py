@@ -78,8 +78,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import duckdb
 import numpy as np
@@ -94,8 +95,12 @@ from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 from dcaudit.spec import check_keys
-from dcaudit.splits import SPLIT_BUCKETS, split_sql, split_threshold
+from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
+
+if TYPE_CHECKING:
+    from dcaudit.engine import Engine
+    from dcaudit.evidence_map import EvidenceSQL
 
 POLICIES = defaults.REPLAY_POLICIES
 PRICE_GRID = defaults.PRICE_GRID
@@ -396,12 +401,12 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     return pa.table(table)
 
 
-def _split_sql(cfg: ReplayConfig) -> str:
+def _split_sql(cfg: SplitDesign) -> str:
     """``c`` = calibration membership of candidate hash ``h`` at ``seed``; all seeds in one pass."""
     return split_sql("b.h", "s.seed", cfg.threshold)
 
 
-def _seeds_sql(cfg: ReplayConfig) -> str:
+def _seeds_sql(cfg: SplitDesign) -> str:
     return f"range({int(cfg.seed_offset)}, {int(cfg.seed_offset) + int(cfg.seeds)}) s(seed)"
 
 
@@ -466,6 +471,11 @@ def _hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
                       "FROM range(80) t(i)").fetchnumpy()
     want = np.asarray(got["hs"], dtype=np.uint64)
     return bool(np.array_equal(_split_hashes(np.asarray(got["h"], dtype=np.uint64), np.asarray(got["s"])), want))
+
+
+def split_formula_matches(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether :func:`split_counts` reproduces ``con``'s ``hash(h, seed)`` (any engine's split pass asks)."""
+    return _hash_matches(con)
 
 
 def split_counts(h: np.ndarray, group: np.ndarray, n_groups: int, seeds: np.ndarray, threshold: int,
@@ -553,20 +563,79 @@ def fiber_replay(
     claim: Claim,
     config: ReplayConfig = ReplayConfig(),
     labels: AuditLabels,
+    engine: Engine | None = None,
 ) -> ReplayResult:
-    """:func:`replay_fibers` with the ``costs`` table of every policy at every price of the grid."""
+    """:func:`replay_fibers` with the ``costs`` table of every policy at every price of the grid.
+
+    The candidates × seeds pass (the split counts) runs on ``engine`` — DuckDB on ``con`` by default, or
+    Spark — and everything after it here, the same for every engine."""
+    return fiber_replays(con, relation, id_column=id_column, evidence=evidence, claim=claim, configs=(config,),
+                         labels=labels, engine=engine)[0]
+
+
+def fiber_replays(
+    con: duckdb.DuckDBPyConnection,
+    relation: str,
+    *,
+    id_column: str,
+    evidence: EvidenceMap,
+    claim: Claim,
+    configs: Sequence[ReplayConfig],
+    labels: AuditLabels,
+    engine: Engine | None = None,
+) -> list[ReplayResult]:
+    """One replay per config from one pass of split counts (the stage's ``compare_modes``): the configs may
+    certify and price differently, but must draw the same splits (seeds, seed_offset, calibration_fraction)."""
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
-    ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation))
-    fast = _hash_matches(con) and _fits_in_memory(con, relation)
-    counts = _fiber_split_counts(con, relation, ev, evidence, claim, config) if fast else None
-    if counts is None:
-        counts = _fiber_split_counts_sql(con, relation, ev, claim, config)
+    if len({(c.seeds, c.seed_offset, c.threshold) for c in configs}) > 1:
+        raise ValueError("fiber_replays: every config must draw the same splits")
+    if not configs:
+        return []
+    if engine is None:
+        from dcaudit.audits.engine import DuckDBEngine
+
+        engine = DuckDBEngine(con)
+    ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation), engine=engine)
+    counts = engine.split_counts(ev, configs[0])
     excluded = np.asarray(counts["seed_index"]) < 0
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
-    ps = _fiber_outcomes({k: np.asarray(v)[~excluded] for k, v in counts.items()}, config, labels.model)
-    return ReplayResult(_replay_table(ps, config, names, pooled=False), _costs(ps, config, names, pooled=False))
+    kept = {k: np.asarray(v)[~excluded] for k, v in counts.items()}
+    out = []
+    for config in configs:
+        ps = _fiber_outcomes(kept, config, labels.model)
+        out.append(ReplayResult(_replay_table(ps, config, names, pooled=False),
+                                _costs(ps, config, names, pooled=False)))
+    return out
+
+
+def fiber_split_counts(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, design: SplitDesign) -> dict[str, np.ndarray]:
+    """The DuckDB engine's split pass (see :meth:`dcaudit.engine.Engine.split_counts`): :func:`split_counts` in
+    numpy when this DuckDB hashes by the formula and the candidates fit the memory limit, else the SQL pass
+    over candidates × seeds that defines the split."""
+    fast = _hash_matches(con) and _fits_in_memory(con, ev.relation)
+    counts = _fiber_split_counts(con, ev.relation, ev, ev.evidence, ev.claim, design) if fast else None
+    if counts is None:
+        counts = _fiber_split_counts_sql(con, ev.relation, ev, ev.claim, design)
+    return counts
+
+
+def split_halves(n: np.ndarray, t: np.ndarray, n_cal: np.ndarray, t_cal: np.ndarray,
+                 n_excluded: int) -> dict[str, np.ndarray]:
+    """Split counts in the engine format from per-fiber totals ``n``, ``t`` (fiber,) and calibration counts
+    ``n_cal``, ``t_cal`` (seed, fiber): a row per fiber and seed for each half (empty halves as zeros), and
+    the excluded candidates as one row with seed_index -1."""
+    n_seeds, n_fibers = n_cal.shape
+    seed_index = np.repeat(np.arange(n_seeds, dtype=np.int64), n_fibers)
+    f = np.tile(np.arange(n_fibers, dtype=np.int64), n_seeds)
+    return {
+        "seed_index": np.concatenate([seed_index, seed_index, [-1]]),
+        "f": np.concatenate([f, f, [0]]),
+        "cal": np.concatenate([np.ones(len(f), bool), np.zeros(len(f), bool), [False]]),
+        "n": np.concatenate([n_cal.ravel(), (n[None, :] - n_cal).ravel(), [n_excluded]]),
+        "t": np.concatenate([t_cal.ravel(), (t[None, :] - t_cal).ravel(), [0]]),
+    }
 
 
 _FAST_BYTES_PER_CANDIDATE = 48  # id hash, packed key, claim, their fiber-sorted copies, numpy temporaries
@@ -584,7 +653,7 @@ def _fits_in_memory(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
 
 
 def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, evidence: EvidenceMap,
-                        claim: Claim, config: ReplayConfig) -> dict[str, np.ndarray]:
+                        claim: Claim, config: SplitDesign) -> dict[str, np.ndarray]:
     """Members and trues per (seed, fiber, half), as :func:`_fiber_split_counts_sql`, from one pass
     over the candidates (hash of the id, fiber, claim) and :func:`split_counts` in numpy.
 
@@ -632,21 +701,11 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
     del h, group, fiber, y
     n_cal = cal[:, 0::2] + cal[:, 1::2]  # (seed, fiber)
     t_cal = cal[:, 1::2]
-    n_seeds = len(seeds)
-    seed_index = np.repeat(np.arange(n_seeds, dtype=np.int64), n_fibers)
-    f = np.tile(np.arange(n_fibers, dtype=np.int64), n_seeds)
-    halves = {
-        "seed_index": np.concatenate([seed_index, seed_index, [-1]]),
-        "f": np.concatenate([f, f, [0]]),
-        "cal": np.concatenate([np.ones(len(f), bool), np.zeros(len(f), bool), [False]]),
-        "n": np.concatenate([n_cal.ravel(), (n[None, :] - n_cal).ravel(), [n_excluded]]),
-        "t": np.concatenate([t_cal.ravel(), (t[None, :] - t_cal).ravel(), [0]]),
-    }
-    return halves
+    return split_halves(n, t, n_cal, t_cal, n_excluded)
 
 
 def _fiber_split_counts_sql(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, claim: Claim,
-                            config: ReplayConfig) -> dict[str, np.ndarray]:
+                            config: SplitDesign) -> dict[str, np.ndarray]:
     """The split counts as one SQL pass over candidates × seeds (the definition; used when this
     DuckDB's ``hash`` is not the one :func:`split_counts` reproduces)."""
     keys = ", ".join(ev.key_columns)
@@ -1145,6 +1204,9 @@ def replay_stage(ctx: StageContext) -> StageTables:
     metrics: list[pa.Table] = []
     if "familywise" in (section.config.mode, *section.compare_modes):
         ctx.notes.append(familywise_note(section.config))
+    if section.tolerance is not None and ctx.engine.name != "duckdb":
+        ctx.notes.append(f"replay: error windows (tolerance {section.tolerance}) ran on DuckDB over the same "
+                         f"prepared tables; the {ctx.engine.name} engine replays fibers")
     for audit_id in chosen:
         task = tasks[audit_id]
         view = ctx.view_for(task.table)
@@ -1156,25 +1218,26 @@ def replay_stage(ctx: StageContext) -> StageTables:
             window = WindowSpec(task.evidence.columns[0], section.tolerance, section.reference)
             result = window_replay(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
                                    config=section.config, labels=labels, model_column=section.model_column)
-        else:
-            result = fiber_replay(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
-                                  claim=task.claim, config=section.config, labels=labels)
+        else:  # every certification mode from one pass of split counts, on the run's engine
+            modes = tuple(dict.fromkeys((section.config.mode, *section.compare_modes)))
+            results = fiber_replays(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
+                                    claim=task.claim, configs=[dataclasses.replace(section.config, mode=m)
+                                                               for m in modes], labels=labels, engine=ctx.engine)
+            result = results[0]
         out.append(result.replay)
         costs.append(result.costs)
         ctx.notes.extend(price_notes(result.costs, audit_id))
         if section.compare_modes:
             by_mode: dict[str, pa.Table] = {section.config.mode: result.replay}
+            if section.tolerance is None:
+                by_mode = {m: r.replay for m, r in zip(modes, results, strict=True)}
             for mode in section.compare_modes:
                 if mode in by_mode:
                     continue
                 cfg = dataclasses.replace(section.config, mode=mode)
-                if section.tolerance is not None:
-                    by_mode[mode] = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
-                                                   claim=task.claim, config=cfg, labels=labels,
-                                                   model_column=section.model_column)
-                else:
-                    by_mode[mode] = replay_fibers(ctx.con, view, id_column=ctx.spec.id_column,
-                                                  evidence=task.evidence, claim=task.claim, config=cfg, labels=labels)
+                by_mode[mode] = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window,
+                                               claim=task.claim, config=cfg, labels=labels,
+                                               model_column=section.model_column)
             metrics.append(mode_metrics(by_mode, section.config))
     return {"replay": out, "costs": costs} | ({"metrics": metrics} if metrics else {})
 

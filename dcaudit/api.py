@@ -276,8 +276,7 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
     from dcaudit.pipelines import runner
 
     s = _settings(settings)
-    if engine not in ("duckdb", "spark"):
-        raise SpecError(f"engine = {engine!r}; use 'duckdb' or 'spark'")
+    runner.check_engine(engine)
     if record or out is not None:
         out_dir = Path(out) if out is not None else None
         if out_dir is not None:
@@ -286,18 +285,11 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
             if out_dir.exists() and any(out_dir.iterdir()) and not force:
                 raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "
                                 "package is kept until the new one is complete)")
-        if engine == "spark":
-            if not isinstance(data, str | Path):
-                raise SpecError("engine = 'spark' reads files (paths Spark can see), not in-memory frames")
-            from dcaudit.pipelines.spark import run_spec_spark
-
-            return _from_run(run_spec_spark(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet))
         return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,
-                                         data=data if not isinstance(data, str | Path) else None, report=report))
-    if engine == "spark":
-        raise SpecError("engine = 'spark' records its runs: pass record=True (the CLI does)")
+                                         data=data if not isinstance(data, str | Path) else None, report=report,
+                                         engine=engine))
     prepared = runner.prepare_source(spec, s, data if not isinstance(data, str | Path) else None)
-    tables, extra = runner.compute_spec(spec, s, prepared, quiet=True)
+    tables, extra = runner.compute_spec(spec, s, prepared, quiet=True, engine=engine)
     run_id = _new_run_id(spec.name)
     manifest = {"spec": spec.name, "spec_hash": spec.spec_hash, "resolved_spec": spec.raw, **extra}
     return _result(tables, notes=extra.get("notes", ()), run_id=run_id, manifest=manifest)
@@ -408,12 +400,18 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, report=report)
 
 
-def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True) -> Result:
-    """Run a built-in spec (``"tox21"``, …) or a spec file, recorded in the workspace like ``dcaudit run``."""
+def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True,
+        engine: str = "duckdb") -> Result:
+    """Run a built-in spec (``"tox21"``, …) or a spec file, recorded in the workspace like ``dcaudit run``.
+
+    ``engine="spark"`` runs the candidate passes of the fiber audits and fiber replays on Spark (the
+    configured cluster, else local mode) over the same prepared tables; every other stage runs on DuckDB,
+    and the run's notes say which (docs/scale.md)."""
     from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import load_spec
 
-    return _from_run(run_spec(load_spec(str(spec)), _settings(settings), reuse=not force, quiet=quiet))
+    return _from_run(run_spec(load_spec(str(spec)), _settings(settings), reuse=not force, quiet=quiet,
+                              engine=engine))
 
 
 def load(package: str | Path, *, settings: Settings | None = None) -> Result:

@@ -223,14 +223,41 @@ def sql_literal(value: object, *, null: str = "NULL::VARCHAR") -> str:
 
 @dataclass(frozen=True)
 class SqlDialect:
-    """How identifiers and string literals are written; the tree decides everything else."""
+    """How one SQL engine writes the few things the claim and evidence SQL need beyond portable SQL:
+    identifiers, string and double literals, the text type and the NaN / infinity tests. The claim tree and
+    the fiber rules decide everything else, so DuckDB and Spark evaluate the same expressions."""
 
     name: str
     identifier: Callable[[str], str]
     string: Callable[[str], str]
+    text_type: str = "VARCHAR"
+    nan: str = "'NaN'::DOUBLE"                  # a NaN double
+    null_double: str = "NULL::DOUBLE"           # a NULL double
+    double: Callable[[float], str] = repr       # a finite double literal (cut points, widths)
+    is_finite: Callable[[str], str] = "isfinite({})".format   # NULL for NULL, as DuckDB's isfinite
+    is_inf: Callable[[str], str] = "isinf({})".format
+    try_double: Callable[[str], str] = "TRY_CAST({} AS DOUBLE)".format
 
 
 DUCKDB = SqlDialect("duckdb", quote_identifier, quote_string)
+
+
+def spark_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spark_string(text: str) -> str:
+    """Spark SQL escapes quotes in string literals with a backslash."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_SPARK_INF = "CAST('Infinity' AS DOUBLE)"
+# Spark SQL has isnan but no isfinite / isinf; abs() against infinity gives the same three-valued result.
+SPARK = SqlDialect(
+    "spark", spark_identifier, spark_string, text_type="STRING", nan="CAST('NaN' AS DOUBLE)",
+    null_double="CAST(NULL AS DOUBLE)", double=lambda v: f"{v!r}D",  # 0.5 alone is a DECIMAL literal in Spark
+    is_finite=lambda x: f"(NOT isnan({x}) AND abs({x}) != {_SPARK_INF})",
+    is_inf=lambda x: f"(abs({x}) = {_SPARK_INF})", try_double="try_cast({} AS DOUBLE)".format)
 
 
 def render(node: Node, dialect: SqlDialect = DUCKDB) -> str:
@@ -320,34 +347,35 @@ def _comparable(a: str, b: str) -> bool:
     return not (a in textual and b in numeric or a in numeric and b in textual)
 
 
-def claim_sql(claim: Claim, types: Mapping[str, str]) -> str:
-    """NaN- and division-safe SQL for ``claim`` over columns of the given DuckDB ``types``.
+def claim_sql(claim: Claim, types: Mapping[str, str], dialect: SqlDialect = DUCKDB) -> str:
+    """NaN- and division-safe SQL for ``claim`` over columns of the given DuckDB ``types``, written for
+    ``dialect`` (DuckDB, or Spark over the same data).
 
     The claim is *undefined* (SQL NULL) — never TRUE — where it divides by zero or a number it reads or
     computes is NaN (DuckDB orders NaN above every number, so ``NaN > 0.5`` would be TRUE). Operands of
     the wrong kind (text compared with a number, arithmetic on text, ``and`` over a number) are a
     ClaimError naming the column, before anything reaches DuckDB.
     """
-    sql, kind = _typed(claim.tree, types, claim.text)
+    sql, kind = _typed(claim.tree, types, claim.text, dialect)
     if kind != "bool":
         raise ClaimError(f"claim {claim.text!r} is {_WORDS[kind]}, not true/false: compare it, e.g. "
                          f"'{claim.text} = 1'")
     return sql
 
 
-def _typed(node: Node, types: Mapping[str, str], text: str) -> tuple[str, str]:
+def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCKDB) -> tuple[str, str]:
     k = node.kind
     if k == "column":
         kind = value_kind(types[node.value]) if node.value in types else "other"
-        col = quote_identifier(node.value)
-        return (f"nullif({col}, 'NaN'::DOUBLE)" if kind == "float" else col), kind
+        col = d.identifier(node.value)
+        return (f"nullif({col}, {d.nan})" if kind == "float" else col), kind
     if k == "number":
         return node.value, "number"
     if k == "string":
-        return quote_string(node.value), "string"
+        return d.string(node.value), "string"
     if k == "bool":
         return node.value.upper(), "bool"
-    parts = [_typed(c, types, text) for c in node.children]
+    parts = [_typed(c, types, text, d) for c in node.children]
     if k == "unary":
         (sql, kind), = parts
         if kind not in _NUMERIC:
@@ -359,10 +387,10 @@ def _typed(node: Node, types: Mapping[str, str], text: str) -> tuple[str, str]:
             if kind not in _NUMERIC:
                 raise ClaimError(f"claim {text!r}: arithmetic ({node.value}) on {_describe(child, kind)}")
         if node.value == "/":  # division by zero is undefined, not ±inf
-            return f"nullif(({a} / nullif({b}, 0)), 'NaN'::DOUBLE)", "float"
+            return f"nullif(({a} / nullif({b}, 0)), {d.nan})", "float"
         kind = "float" if "float" in (ka, kb) else "number"
         # inf - inf and 0 * inf are NaN: undefined as well
-        return (f"nullif(({a} {node.value} {b}), 'NaN'::DOUBLE)" if kind == "float" else f"({a} {node.value} {b})"), kind
+        return (f"nullif(({a} {node.value} {b}), {d.nan})" if kind == "float" else f"({a} {node.value} {b})"), kind
     if k == "compare":
         (a, ka), (b, kb) = parts
         if not _comparable(ka, kb):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 import dcaudit
+from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
@@ -102,10 +103,11 @@ and does not fail a batch (run alone, it exits 2).
 @click.option("--quiet", is_flag=True, help="Print only the run id(s); no progress.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
               "(one object; a list with --all or several specs).")
+@_ENGINE
 @_GATES
 @click.pass_obj
 def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool,
-        fail_if: tuple[str, ...]) -> None:
+        engine: str, fail_if: tuple[str, ...]) -> None:
     """Run pipeline SPECs: built-in names (tox21, …) or paths to .toml specs.
 
     The evidence package (Parquet tables, manifest.json, report.html) lands in
@@ -125,10 +127,10 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
         return o.exit_code or (_apply_gates(o.result.summary.to_arrow(), fail_if) if o.result is not None else 0)
 
     if not (run_all or len(names) > 1):
-        outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json)
+        outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json, engine=engine)
         _show_outcome(outcome, quiet=quiet, as_json=as_json)
         sys.exit(gated(outcome))
-    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json,
+    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json, engine=engine,
                          each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
     code = batch_exit_code(outcomes) or max((gated(o) for o in outcomes if o.exit_code == 0), default=0)
     if as_json:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dcaudit import defaults
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -26,6 +28,13 @@ def compose(*decorators: Callable) -> Callable:
 GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
                       help="Gate for CI: exit 1 when EXPR holds for an audit's summary row, e.g. "
                       "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
+
+
+ENGINE = click.option(
+    "--engine", type=click.Choice(defaults.ENGINES), default=defaults.ENGINE, show_default=True,
+    help="duckdb: this machine (spills to disk beyond --memory-limit); spark: the fiber audit's and replay's "
+         "passes over candidates on Spark (the configured cluster, else local mode), other stages on DuckDB "
+         "with a note (needs dcaudit[spark]; docs/scale.md).")
 
 
 def given(**options: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from dcaudit import defaults
+from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
@@ -42,9 +43,6 @@ _RULE = click.option("--fiber-rule", default=defaults.FIBER_RULE, show_default=T
 _MISSING = click.option("--missing", type=click.Choice(defaults.MISSING_CHOICES), default=defaults.MISSING,
                         show_default=True, help="Missing, NaN or infinite evidence: drop (complete cases; the "
                         "rest excluded with a reason) or a value (a fiber) of its own.")
-_ENGINE = click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
-                       help="duckdb: this machine (spills to disk beyond --memory-limit); spark: local or "
-                            "cluster Spark (needs dcaudit[spark]; see docs/scale.md).")
 _SPLITS = _compose(
     click.option("--seeds", type=click.IntRange(min=1), help="Calibration/test splits (default "
                  f"{defaults.REPLAY_SEEDS}; bounded by memory for tolerance windows)."),

@@ -9,6 +9,10 @@ config objects check against them, the CLI offers them and the reports order by 
 
 from typing import Final
 
+# Where the candidate passes run (dcaudit.engine): this machine, or Spark for the fiber audit and replay
+ENGINES: Final = ("duckdb", "spark")
+ENGINE: Final = "duckdb"
+
 # The mixed-fiber audit
 STATUSES: Final = ("certified_true", "certified_false", "ambiguous", "unsupported")  # a fiber's status, report order
 MISSING_CHOICES: Final = ("drop", "as-value")

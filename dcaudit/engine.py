@@ -1,10 +1,78 @@
-"""The DuckDB connection every audit runs on: memory limit, spill directory, threads."""
+"""The DuckDB connection every audit runs on (memory limit, spill directory, threads), and :class:`Engine`:
+the seam between the passes over candidates and everything an audit computes from them.
+
+An engine runs the passes whose cost grows with the candidates — quantile cuts, the grouping of the evidence
+into fibers, the candidates × seeds split counts of the replay, the join of every candidate to its fiber —
+and hands back a few rows per fiber (per fiber × seed for the replay). Everything after those passes (fiber
+statuses, the summary, the replay's certification, policies, prices and costs) is the same code on the
+driver's DuckDB and numpy whichever engine ran them, so both engines write the same tables.
+
+Two engines implement it: DuckDB (``dcaudit.audits.engine.DuckDBEngine``, this machine) and Spark
+(``dcaudit.audits.spark_engine.SparkEngine``, local or a cluster). docs/scale.md says what runs where.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 
 from dcaudit.config import Settings
+from dcaudit.defaults import ENGINES  # noqa: F401 - the engines a run can ask for (--engine, engine=)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from dcaudit.claims import SqlDialect
+    from dcaudit.evidence_map import EvidenceSQL
+    from dcaudit.splits import SplitDesign
+
+
+class Engine(Protocol):
+    """Where the candidate-scale passes of the fiber audit and the fiber replay run.
+
+    ``con`` is the driver's DuckDB: it holds the registered inputs (their checks and types are read there),
+    receives the grouped rows and runs every stage that has no pass on this engine. Evidence SQL for the
+    engine is built by ``dcaudit.audits.evidence.evidence_select(..., engine=engine)`` in its ``dialect``,
+    over ``source(relation)``.
+    """
+
+    name: str                       # "duckdb" | "spark": recorded in the manifest
+    con: duckdb.DuckDBPyConnection
+    dialect: SqlDialect
+
+    def source(self, relation: str) -> str:
+        """This engine's name for ``relation``, a relation of the driver's DuckDB (a registered input)."""
+        ...
+
+    def quantile_cuts(self, source: str, columns: Sequence[str], k: int, where: str) -> dict[str, list[float]]:
+        """Interior cut points of ``k`` equal-count bins of each column over its finite values where ``where``
+        holds (deduplicated, sorted), as ``dcaudit.audits.evidence.quantile_cuts`` computes them."""
+        ...
+
+    def group_counts(self, ev: EvidenceSQL, into: str) -> None:
+        """(a) Create temp table ``into`` in ``con``: one row per (key parts ``k0..``, ``audited``) with
+        ``n``, ``n_true`` and the observed range ``lo``, ``hi`` of ``x0`` (NULL under exact fibers)."""
+        ...
+
+    def split_counts(self, ev: EvidenceSQL, design: SplitDesign) -> dict[str, np.ndarray]:
+        """(b) Members and claim-trues per (seed, fiber, half) of the audited candidates: arrays
+        ``seed_index`` (seed − offset), ``f`` (any fiber numbering), ``cal``, ``n``, ``t``, plus one row with
+        ``seed_index`` −1 holding the number of excluded candidates in ``n``. The split is DuckDB's
+        ``hash(hash(CAST(id AS VARCHAR)), seed)`` (:mod:`dcaudit.splits`) on every engine."""
+        ...
+
+    def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
+        """Every candidate with its fiber: candidate_id, fiber_key, claim_value, status ('excluded' when
+        ``reason`` is set or no fiber matches), excluded_reason — ordered by candidate_id. ``fibers`` is a
+        table in ``con`` with the key parts, fiber_key and status of every audited fiber."""
+        ...
+
+    def close(self) -> None:
+        """Drop what the engine registered (the driver's DuckDB is the caller's to close)."""
+        ...
 
 
 def connect(settings: Settings, database: str = ":memory:") -> duckdb.DuckDBPyConnection:

@@ -9,18 +9,21 @@ Fiber rules, in the CLI's notation:
 * ``window:T``     every candidate within ``|Δ evidence| <= T`` (a window per candidate).
 
 ``missing``: ``drop`` keeps complete cases only (the others are excluded with a reason), ``as-value``
-makes "missing" (and NaN, ±inf) a value of its own. The SQL that computes keys is in
-:mod:`dcaudit.audits.evidence`.
+makes "missing" (and NaN, ±inf) a value of its own. The SQL that computes keys is built in
+:mod:`dcaudit.audits.evidence` (:class:`EvidenceSQL`, for the engine that runs it).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from dcaudit import defaults
 from dcaudit.errors import SpecError
+
+if TYPE_CHECKING:
+    from dcaudit.claims import Claim
 
 RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
 WINDOW_RULES = ("knn", "window")
@@ -94,3 +97,19 @@ class EvidenceMap:
     def refine(self, *extra: str) -> EvidenceMap:
         """The same map with more evidence columns (a probe added)."""
         return EvidenceMap(self.columns + tuple(extra), self.rule, self.missing)
+
+
+@dataclass(frozen=True)
+class EvidenceSQL:
+    """The SELECT that turns a source relation into (candidate_id, k0..kn, x0, y, reason), written for the
+    engine that runs it (``sql`` reads that engine's name of the source), with what it was built from:
+    ``relation`` is the source as the driver's DuckDB knows it, ``evidence`` / ``claim`` the map and claim."""
+
+    sql: str
+    key_columns: tuple[str, ...]
+    cuts: dict[str, list[float]]
+    evidence: EvidenceMap
+    claim: Claim
+    relation: str         # the source relation in the driver's DuckDB (checks, key ranges)
+    claim_sql: str = ""   # the claim as NaN- and division-safe SQL over this relation
+    label: str = ""       # the user's name of the relation (for messages)

@@ -8,7 +8,23 @@ computes the same split in numpy, ``dcaudit.audits.replay.split_counts``, checke
 
 from __future__ import annotations
 
+from typing import Protocol
+
 SPLIT_BUCKETS = 1_000_000
+
+
+class SplitDesign(Protocol):
+    """Which splits a held-out pass draws: seeds ``seed_offset .. seed_offset + seeds - 1`` and the calibration
+    ``threshold`` in buckets (``dcaudit.audits.replay.ReplayConfig`` is one)."""
+
+    @property
+    def seeds(self) -> int: ...
+
+    @property
+    def seed_offset(self) -> int: ...
+
+    @property
+    def threshold(self) -> int: ...
 
 
 def split_threshold(fraction: float) -> int:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
+    from dcaudit.engine import Engine
     from dcaudit.spec import PipelineSpec
 
 StageTables: TypeAlias = "dict[str, list[pa.Table]]"   # package table name -> the Arrow tables a stage adds to it
@@ -31,11 +32,13 @@ class FiberAudit:
 
 
 class StageContext(Protocol):
-    """The run a stage works in: the spec, the DuckDB connection holding the source's views, and what earlier
-    stages left behind."""
+    """The run a stage works in: the spec, the DuckDB connection holding the source's views, the engine that
+    runs the candidate passes of fiber audits and replays (DuckDB on ``con``, or Spark over the same prepared
+    tables), and what earlier stages left behind."""
 
     spec: PipelineSpec
     con: duckdb.DuckDBPyConnection
+    engine: Engine                     # where the fiber audit's and replay's candidate passes run (con: DuckDB)
     source: str                        # the source's name in every table's ``source`` column
     tables: dict[str, str]             # connector table name -> DuckDB view name
     audits: dict[str, FiberAudit]      # audit_id (``id[model]`` per group) -> the fiber stage's result

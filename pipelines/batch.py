@@ -39,12 +39,13 @@ class Outcome:
                 "error": self.error, "summary": summary, "notes": list(self.notes)}
 
 
-def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool = False) -> Outcome:
+def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool = False,
+            engine: str = "duckdb") -> Outcome:
     """Run one spec through the API; never raises: the outcome says what happened and its exit code."""
     from dcaudit import api
 
     try:
-        result = api.run(name, force=force, settings=settings, quiet=quiet)
+        result = api.run(name, force=force, settings=settings, quiet=quiet, engine=engine)
     except RunLockedError as exc:
         return Outcome(name, "locked", exc.exit_code, error=str(exc))
     except MissingSourceError as exc:
@@ -65,12 +66,12 @@ def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool =
 
 
 def run_batch(settings: Settings, names: Sequence[str], *, force: bool = False, quiet: bool = False,
-              each: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+              each: Callable[[Outcome], None] | None = None, engine: str = "duckdb") -> list[Outcome]:
     """Every spec in turn under the batch lock (a failing one does not stop the others)."""
     outcomes = []
     with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
         for name in names:
-            outcome = run_one(settings, name, force=force, quiet=quiet)
+            outcome = run_one(settings, name, force=force, quiet=quiet, engine=engine)
             if each is not None:
                 each(outcome)
             outcomes.append(outcome)

@@ -47,9 +47,17 @@ from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
-from dcaudit.engine import connect
-from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, WorkspaceError
-from dcaudit.inputs import ROW, RegisteredInput, check_ids, input_digests, label_of, register_input
+from dcaudit.engine import ENGINES, Engine, connect
+from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, SpecError, WorkspaceError
+from dcaudit.inputs import (
+    PARQUET_SUFFIXES,
+    ROW,
+    RegisteredInput,
+    check_ids,
+    input_digests,
+    label_of,
+    register_input,
+)
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
 from dcaudit.spec import AuditTask, PipelineSpec
@@ -64,6 +72,7 @@ class StageContext:
     source: str
     tables: dict[str, str]              # connector table name -> DuckDB view name
     columns: dict[str, list[str]]       # view name -> its columns
+    engine: Engine                      # the candidate passes of fiber audits and replays (DuckDB on con, Spark)
     audits: dict[str, FiberAudit] = field(default_factory=dict)  # audit_id -> result of the fiber stage
     notes: list[str] = field(default_factory=list)
     findings: list[pa.Table] = field(default_factory=list)   # rows of findings.parquet (duplicate ids, …)
@@ -122,8 +131,10 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
-def cache_key(spec_hash: str, inputs: Mapping[str, str], version: str, code: str) -> str:
+def cache_key(spec_hash: str, inputs: Mapping[str, str], version: str, code: str, engine: str = "duckdb") -> str:
     payload = {"spec": spec_hash, "inputs": dict(sorted(inputs.items())), "version": version, "code": code}
+    if engine != "duckdb":  # another engine's run is its own result (DuckDB keys stay as they were)
+        payload["engine"] = engine
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -227,6 +238,7 @@ def execute_run(
     reuse: bool = False,
     quiet: bool = False,
     report: bool = True,
+    engine: str = "duckdb",
 ) -> RunResult:
     """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields).
 
@@ -253,7 +265,8 @@ def execute_run(
         with _spec_lock(lock, name):
             return _locked_run(settings, catalog, run_id, run_dir, phase, name=name, spec_payload=spec_payload,
                                spec_hash=spec_hash, inputs=inputs, compute=compute, out_dir=out_dir,
-                               replace_existing=replace_existing, reuse=reuse, quiet=quiet, report=report)
+                               replace_existing=replace_existing, reuse=reuse, quiet=quiet, report=report,
+                               engine=engine)
     except OSError as exc:
         what = {"locking": "the run did not start", "preparing": "the run did not start",
                 "running": f"run {run_id} failed and is recorded as failed"}.get(phase["now"], f"run {run_id}")
@@ -269,7 +282,8 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                 spec_payload: Mapping[str, Any], spec_hash: str,
                 inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
                 compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]], out_dir: Path | None,
-                replace_existing: bool, reuse: bool, quiet: bool, report: bool = True) -> RunResult:
+                replace_existing: bool, reuse: bool, quiet: bool, report: bool = True,
+                engine: str = "duckdb") -> RunResult:
     started = time.monotonic()
     stale = catalog.mark_stale_runs_failed(name)
     for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
@@ -308,7 +322,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                 raise
             _refresh_quietly(catalog, quiet)
             raise RunInterrupted(signals.message, signals.signum) from exc
-        key = cache_key(spec_hash, inputs, dcaudit.__version__, code)
+        key = cache_key(spec_hash, inputs, dcaudit.__version__, code, engine)
         earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
         if earlier is not None:
             damaged = verify_package(earlier.run_dir)
@@ -388,18 +402,27 @@ def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) 
 
 def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSource | UserSource, *,
                  timings: dict[str, float] | None = None, with_candidates: bool = True,
-                 quiet: bool = False) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+                 quiet: bool = False, engine: str = "duckdb") -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Every audit and section of ``spec`` over a prepared source: (tables, extra manifest fields).
+
+    ``engine``: where the candidate passes of the fiber audits and fiber replays run (``duckdb`` or
+    ``spark``, :data:`dcaudit.engine.ENGINES`). The source is prepared and registered in DuckDB either way
+    (the input contract); the Spark engine reads the same prepared tables, and every stage without a Spark
+    pass runs on DuckDB over them, with a note saying so.
 
     Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
     timings = {} if timings is None else timings
     validate_spec(spec)
+    check_engine(engine)
     con = connect(settings)
+    ctx: StageContext | None = None
     try:
-        ctx = _context(spec, settings, con, prepared, prepared.name)
+        ctx = _context(spec, settings, con, prepared, prepared.name, engine=engine)
         with stage_progress("fibers", timings, quiet=quiet):
             collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
         for section in spec.sections:
+            if ctx.engine.name not in STAGES[section].engines:
+                on_duckdb(ctx, f"stage {section}")
             with stage_progress(section, timings, quiet=quiet):
                 for table, parts in STAGES[section].function()(ctx).items():
                     collected.setdefault(table, []).extend(parts)
@@ -411,9 +434,42 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
         return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
                         "sources": source_provenance(prepared),
                         "source_files": [s.manifest_entry() for s in prepared.sources]
-                        if isinstance(prepared, PreparedSource) else []}
+                        if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
     finally:
+        if ctx is not None:
+            ctx.engine.close()
         con.close()
+
+
+def check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise SpecError(f"engine = {engine!r}; use one of {', '.join(ENGINES)}")
+
+
+def open_engine(name: str, con: duckdb.DuckDBPyConnection, files: Mapping[str, Path]) -> Engine:
+    """The engine for a run: DuckDB on ``con``, or Spark reading the same prepared tables (``files``: DuckDB
+    view -> the Parquet file or glob behind it; other inputs reach Spark as the Arrow DuckDB holds)."""
+    check_engine(name)
+    if name == "spark":
+        from dcaudit.audits.spark_engine import SparkEngine
+
+        return SparkEngine.start(con, files=files)
+    from dcaudit.audits.engine import DuckDBEngine  # imports the replay's split pass: only when a run starts
+
+    return DuckDBEngine(con)
+
+
+def engine_provenance(engine: Engine) -> dict[str, Any]:
+    """Manifest fields naming the engine (and for Spark where it ran)."""
+    master = getattr(engine, "master", None)
+    return {"engine": engine.name, **({"spark_master": master} if master else {})}
+
+
+def on_duckdb(ctx: StageContext, what: str) -> None:
+    """Note that ``what`` ran on DuckDB although the run asked for another engine."""
+    if ctx.engine.name != "duckdb":
+        ctx.notes.append(f"{what} ran on DuckDB over the same prepared tables (the {ctx.engine.name} engine runs "
+                         "the candidate passes of fiber audits and fiber replays)")
 
 
 def source_inputs(prepared: PreparedSource | UserSource) -> dict[str, str]:
@@ -425,10 +481,12 @@ def source_inputs(prepared: PreparedSource | UserSource) -> dict[str, str]:
 
 def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = None,
              replace_existing: bool = False, with_candidates: bool = True, reuse: bool = False,
-             quiet: bool = False, data: object = None, report: bool = True) -> RunResult:
+             quiet: bool = False, data: object = None, report: bool = True, engine: str = "duckdb") -> RunResult:
     """Run every audit and section of ``spec``, record the run and write its package (``runs/<run_id>`` or
-    ``out_dir``). ``data`` (a frame or path) replaces the spec's source, as the Python API passes it."""
+    ``out_dir``). ``data`` (a frame or path) replaces the spec's source, as the Python API passes it;
+    ``engine`` as for :func:`compute_spec`."""
     validate_spec(spec)  # before anything is prepared or recorded: a bad section is bad input (exit 2)
+    check_engine(engine)
     timings: dict[str, float] = {}
     source: dict[str, Any] = {}
 
@@ -440,11 +498,11 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
 
     def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
         return compute_spec(spec, settings, source["prepared"], timings=timings, with_candidates=with_candidates,
-                            quiet=quiet)
+                            quiet=quiet, engine=engine)
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
-                       reuse=reuse, quiet=quiet, report=report)
+                       reuse=reuse, quiet=quiet, report=report, engine=engine)
 
 
 _PROVENANCE_KEYS = ("origin", "url", "sha256", "retrieved_at", "licence", "citation", "normaliser")
@@ -470,18 +528,24 @@ def source_provenance(prepared: PreparedSource | UserSource) -> list[dict[str, s
 
 
 def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnection,
-             prepared: PreparedSource | UserSource, source_name: str) -> StageContext:
-    """Every input table through the input contract (dcaudit.inputs), as a view named after it."""
+             prepared: PreparedSource | UserSource, source_name: str, *, engine: str = "duckdb") -> StageContext:
+    """Every input table through the input contract (dcaudit.inputs), as a view named after it, and the
+    run's engine over them."""
     registered: dict[str, RegisteredInput] = {}
+    files: dict[str, Path] = {}  # view -> the Parquet behind it, which another engine can read itself
     if isinstance(prepared, UserSource):
         registered[prepared.name] = register_input(con, prepared.data, label=prepared.label)
+        if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
+            files[registered[prepared.name].view] = Path(prepared.data)
     else:
         for name, path in prepared.tables.items():
             registered[name] = register_input(con, path)
+            files[registered[name].view] = Path(path)
     tables = {name: r.view for name, r in registered.items()}
     columns = {r.view: list(r.columns) for r in registered.values()}
     notes = list(getattr(prepared, "notes", ()))
-    return StageContext(spec, settings, con, source_name, tables, columns, notes=notes)
+    return StageContext(spec, settings, con, source_name, tables, columns, open_engine(engine, con, files),
+                        notes=notes)
 
 
 def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
@@ -490,6 +554,8 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
         if task.per is not None:  # one audit per model (or other group column) plus the median across them
             from dcaudit.audits.groups import audit_per_group
 
+            on_duckdb(ctx, f"{task.audit_id}: the per-{task.per} audits")
+
             for table, parts in audit_per_group(ctx, task, with_candidates=with_candidates).items():
                 out.setdefault(table, []).extend(parts)
             continue
@@ -497,9 +563,12 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
         check_candidate_ids(ctx, view, task)
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,
-                              labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates)
+                              labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates,
+                              engine=ctx.engine)
         if task.identity:
             from dcaudit.audits.label_noise import label_noise_for_task
+
+            on_duckdb(ctx, f"{task.audit_id}: the label-noise split of mixed fibers (identity {task.identity})")
 
             result = label_noise_for_task(ctx, task, task.identity, result)
         ctx.audits[task.audit_id] = result

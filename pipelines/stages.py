@@ -24,6 +24,8 @@ class Stage:
     run: str                       # "module:function" taking the runner's StageContext
     keys: str | None = None        # "module:NAME" of the allowed keys (a set), checked when the spec loads
     check: Callable[[Mapping[str, Any], PipelineSpec], None] | None = None  # deeper validation
+    # engines whose candidate passes the stage uses; under any other the stage runs on DuckDB, with a note
+    engines: tuple[str, ...] = ("duckdb",)
 
     def function(self) -> Callable[[StageContext], StageTables]:
         module, name = self.run.split(":")
@@ -64,7 +66,8 @@ def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
 
 
 STAGES: dict[str, Stage] = {
-    "replay": Stage("dcaudit.audits.replay:replay_stage", "dcaudit.audits.replay:_SECTION_KEYS", _check_replay),
+    "replay": Stage("dcaudit.audits.replay:replay_stage", "dcaudit.audits.replay:_SECTION_KEYS", _check_replay,
+                    engines=("duckdb", "spark")),
     "completion": Stage("dcaudit.audits.completion:completion_stage", "dcaudit.audits.completion:_SECTION_KEYS",
                         _check_completion),
     "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
