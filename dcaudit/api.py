@@ -401,9 +401,10 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
 
 
 def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True,
-        engine: str = "duckdb") -> Result:
+        engine: str = "duckdb", report: bool = True) -> Result:
     """Run a built-in spec (``"tox21"``, …) or a spec file, recorded in the workspace like ``dcaudit run``.
 
+    ``report=False`` leaves report.html out of the package (``dcaudit report RUN`` renders it later).
     ``engine="spark"`` runs the candidate passes of the fiber audits and fiber replays on Spark (the
     configured cluster, else local mode) over the same prepared tables; every other stage runs on DuckDB,
     and the run's notes say which (docs/scale.md)."""
@@ -411,7 +412,7 @@ def run(spec: str | Path, *, force: bool = False, settings: Settings | None = No
     from dcaudit.spec import load_spec
 
     return _from_run(run_spec(load_spec(str(spec)), _settings(settings), reuse=not force, quiet=quiet,
-                              engine=engine))
+                              engine=engine, report=report))
 
 
 def load(package: str | Path, *, settings: Settings | None = None) -> Result:

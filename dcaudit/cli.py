@@ -17,6 +17,7 @@ import click
 import dcaudit
 from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
+from dcaudit.cli_common import NO_REPORT as _NO_REPORT
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_tables import COMMANDS
@@ -104,10 +105,11 @@ and does not fail a batch (run alone, it exits 2).
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
               "(one object; a list with --all or several specs).")
 @_ENGINE
+@_NO_REPORT
 @_GATES
 @click.pass_obj
 def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, quiet: bool, as_json: bool,
-        engine: str, fail_if: tuple[str, ...]) -> None:
+        engine: str, no_report: bool, fail_if: tuple[str, ...]) -> None:
     """Run pipeline SPECs: built-in names (tox21, …) or paths to .toml specs.
 
     The evidence package (Parquet tables, manifest.json, report.html) lands in
@@ -124,13 +126,14 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
     _check_gates(fail_if)
 
     def gated(o: Outcome) -> int:
-        return o.exit_code or (_apply_gates(o.result.summary.to_arrow(), fail_if) if o.result is not None else 0)
+        return o.exit_code or (_apply_gates(o.result.arrow("summary"), fail_if) if o.result is not None else 0)
 
     if not (run_all or len(names) > 1):
-        outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json, engine=engine)
+        outcome = run_one(settings, names[0], force=force, quiet=quiet or as_json, engine=engine,
+                          report=not no_report)
         _show_outcome(outcome, quiet=quiet, as_json=as_json)
         sys.exit(gated(outcome))
-    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json, engine=engine,
+    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json, engine=engine, report=not no_report,
                          each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
     code = batch_exit_code(outcomes) or max((gated(o) for o in outcomes if o.exit_code == 0), default=0)
     if as_json:
@@ -168,22 +171,17 @@ def _show_outcome(outcome: Outcome, *, quiet: bool, as_json: bool) -> None:
     if quiet:
         click.echo(outcome.run_id)
         return
-    from dcaudit.reports.console import print_findings, print_notes, print_replay, print_summary
+    from dcaudit.cli_common import print_result
 
     result = outcome.result
     if result is not None and "summary" in result.tables:
-        print_summary(result.summary.to_arrow(), f"{outcome.spec}: {outcome.run_id}",
-                      result.candidates.to_arrow() if result.candidates is not None else None)
-        if result.replay is not None:
-            print_replay(result.replay.to_arrow())
-        if result.findings is not None:
-            print_findings(result.findings.to_arrow())
-        print_notes(result.notes)
+        print_result(result, f"{outcome.spec}: {outcome.run_id}", with_replay=True)
     if outcome.reused_from:
         click.echo(f"run {outcome.run_id}: unchanged, reused run {outcome.reused_from} -> {outcome.package_dir}")
     else:
         click.echo(f"run {outcome.run_id} succeeded in {outcome.seconds:.1f}s -> {outcome.package_dir}")
-        click.echo(f"report: {outcome.package_dir}/report.html")
+        if Path(f"{outcome.package_dir}/report.html").is_file():
+            click.echo(f"report: {outcome.package_dir}/report.html")
         click.echo(f"query it: dcaudit query \"select * from summary where run_id = '{outcome.run_id}'\"")
 
 

@@ -30,6 +30,10 @@ GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
                       "'ambiguous_fraction > 0.2' (the claim grammar over summary columns; repeatable).")
 
 
+NO_REPORT = click.option("--no-report", "no_report", is_flag=True, help="Leave report.html out of the package "
+                         "(its charts are most of a small audit's time); `dcaudit report RUN` renders it later.")
+
+
 ENGINE = click.option(
     "--engine", type=click.Choice(defaults.ENGINES), default=defaults.ENGINE, show_default=True,
     help="duckdb: this machine (spills to disk beyond --memory-limit); spark: the fiber audit's and replay's "
@@ -76,19 +80,24 @@ def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> No
     if quiet:
         click.echo(str(result.package_dir))
         return
+    print_result(result, title)
+
+
+def print_result(result: Result, title: str, *, with_replay: bool = False) -> None:
+    """The summary (and excluded counts), the replay table when asked, findings and notes on the console."""
     from dcaudit import api
 
-    print_findings = api.console_views().print_findings
-    print_notes = api.console_views().print_notes
-    print_summary = api.console_views().print_summary
-
+    views = api.console_views()
     # Arrow straight from the result (no polars round trip), and only the columns the console reads.
     candidates = result.arrow("candidates")
     if candidates is not None:
         candidates = candidates.select([c for c in ("audit_id", "model", "excluded_reason")
                                         if c in candidates.column_names])
-    print_summary(result.arrow("summary"), title, candidates)
+    views.print_summary(result.arrow("summary"), title, candidates)
+    replay = result.arrow("replay")
+    if with_replay and replay is not None:
+        views.print_replay(replay)
     findings = result.arrow("findings")
     if findings is not None:
-        print_findings(findings)
-    print_notes(result.notes)
+        views.print_findings(findings)
+    views.print_notes(result.notes)

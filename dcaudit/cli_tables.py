@@ -14,6 +14,7 @@ import click
 from dcaudit import defaults
 from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
+from dcaudit.cli_common import NO_REPORT as _NO_REPORT
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_common import compose as _compose
@@ -59,8 +60,7 @@ _PACKAGE = _compose(
                  "complete)."),
     click.option("--quiet", is_flag=True, help="Print only the package directory."),
     click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary."),
-    click.option("--no-report", "no_report", is_flag=True, help="Leave report.html out of the package (its charts "
-                 "are most of a small audit's time); `dcaudit report RUN` renders it later."),
+    _NO_REPORT,
 )
 
 

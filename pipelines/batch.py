@@ -40,12 +40,12 @@ class Outcome:
 
 
 def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool = False,
-            engine: str = "duckdb") -> Outcome:
+            engine: str = "duckdb", report: bool = True) -> Outcome:
     """Run one spec through the API; never raises: the outcome says what happened and its exit code."""
     from dcaudit import api
 
     try:
-        result = api.run(name, force=force, settings=settings, quiet=quiet, engine=engine)
+        result = api.run(name, force=force, settings=settings, quiet=quiet, engine=engine, report=report)
     except RunLockedError as exc:
         return Outcome(name, "locked", exc.exit_code, error=str(exc))
     except MissingSourceError as exc:
@@ -66,12 +66,13 @@ def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool =
 
 
 def run_batch(settings: Settings, names: Sequence[str], *, force: bool = False, quiet: bool = False,
-              each: Callable[[Outcome], None] | None = None, engine: str = "duckdb") -> list[Outcome]:
+              each: Callable[[Outcome], None] | None = None, engine: str = "duckdb",
+              report: bool = True) -> list[Outcome]:
     """Every spec in turn under the batch lock (a failing one does not stop the others)."""
     outcomes = []
     with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
         for name in names:
-            outcome = run_one(settings, name, force=force, quiet=quiet, engine=engine)
+            outcome = run_one(settings, name, force=force, quiet=quiet, engine=engine, report=report)
             if each is not None:
                 each(outcome)
             outcomes.append(outcome)
