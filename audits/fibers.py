@@ -26,6 +26,7 @@ from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kin
 from dcaudit.errors import SpecError
 from dcaudit.inputs import column_types
 from dcaudit.stage import FiberAudit
+from dcaudit.storage import constant_strings
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -275,8 +276,10 @@ def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evide
     n = rows.num_rows
     head = {"source": labels.source, "audit_id": labels.audit_id, "claim": claim.text, "evidence": evidence.label,
             "fiber_rule": str(evidence.rule), "model": labels.model}
+    # constant_strings, not pa.repeat(pa.scalar(...)): a pyarrow scalar from a Python value imports pandas
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
-        name: pa.repeat(pa.scalar(value, pa.string()), n) for name, value in head.items()}
+        name: constant_strings(value, n) if value is not None else pa.nulls(n, pa.string())
+        for name, value in head.items()}
     for name, kind in CANDIDATE_COLUMNS:
         columns[name] = rows[name].cast(kind)
     return pa.table(columns)

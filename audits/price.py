@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import defaults
+from dcaudit.storage import constant_strings, numpy_array, string_array
 
 BASELINES = tuple(p for p in defaults.REPLAY_POLICIES if p != "certified_only")  # the fixed policies that decide all
 COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)
@@ -257,25 +258,27 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     n_seed_rows = n_pol * n_prices * n_groups
     n_sum = n_pol * n_prices * n_gm
     n_rows = n_seed_rows + n_sum
-    table: dict[str, pa.Array] = {k: pa.array([v] * n_rows, pa.string()) for k, v in const.items()}
+    # Arrow columns built on numpy buffers (pa.array of Python or numpy values imports pandas, ~0.3 s).
+    table: dict[str, pa.Array] = {k: constant_strings(v, n_rows) if v is not None else pa.nulls(n_rows, pa.string())
+                                  for k, v in const.items()}
     pol_seed = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_groups)
     pol_sum = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_gm)
-    table["policy"] = pa.array(np.concatenate([pol_seed, pol_sum]).tolist(), pa.string())
-    table["price"] = pa.array(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
-                                              np.tile(np.repeat(p, n_gm), n_pol)]))
-    table["model"] = pa.array(np.concatenate([np.tile(model, n_pol * n_prices),
-                                              np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
-                                             ).tolist(), pa.string())
+    table["policy"] = string_array(np.concatenate([pol_seed, pol_sum]).tolist())
+    table["price"] = numpy_array(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
+                                                 np.tile(np.repeat(p, n_gm), n_pol)]).astype(float))
+    table["model"] = string_array(np.concatenate([np.tile(model, n_pol * n_prices),
+                                                  np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
+                                                 ).tolist())
     seeds = np.tile(np.asarray(ps["seed"], dtype=np.int64), n_pol * n_prices)
-    table["seed"] = pa.array(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
-                             mask=np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
-    table["n_seeds"] = pa.array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
-                                                s_cost["count"].reshape(-1).astype(np.int64)]))
+    table["seed"] = numpy_array(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
+                                mask=np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
+    table["n_seeds"] = numpy_array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                   s_cost["count"].reshape(-1).astype(np.int64)]))
 
     def num(per_seed: np.ndarray | None, summary: np.ndarray) -> pa.Array:
         head = np.full(n_seed_rows, np.nan) if per_seed is None else seed_rows(per_seed)
         arr = np.concatenate([head, np.asarray(summary, dtype=float).reshape(-1)])
-        return pa.array(arr, mask=np.isnan(arr))
+        return numpy_array(arr, mask=np.isnan(arr))
 
     table["n_test"] = num(np.broadcast_to(n_test, (n_pol, n_prices, n_groups)), s["n_test"])
     table["false_decisions"] = num(false, s["false_decisions"])
@@ -288,13 +291,13 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     table["cost_per_candidate_p90"] = num(None, s_cost["p90"])
     table["envelope_cost"] = num(None, np.broadcast_to(envelope, mean_cost.shape))
     cheap = np.concatenate([np.zeros(n_seed_rows, bool), cheapest.reshape(-1)])
-    table["cheapest"] = pa.array(cheap, mask=np.arange(n_rows) < n_seed_rows)
+    table["cheapest"] = numpy_array(cheap, mask=np.arange(n_rows) < n_seed_rows)
     finite = np.isfinite(band_low)
     table["band_low"] = num(None, np.broadcast_to(np.where(finite, band_low, np.nan)[:, None, :], mean_cost.shape))
     table["band_high"] = num(None, np.broadcast_to(np.where(finite, band_high, np.nan)[:, None, :],
                                                    mean_cost.shape))
     best_names = np.array(COST_POLICIES, dtype=object)[np.broadcast_to(best, mean_cost.shape)].reshape(-1)
-    table["best_baseline"] = pa.array([None] * n_seed_rows + best_names.tolist(), pa.string())
+    table["best_baseline"] = string_array([None] * n_seed_rows + best_names.tolist())
     table["diff_vs_best"] = num(None, diff["mean"])
     table["diff_low"] = num(None, diff["low"])
     table["diff_high"] = num(None, diff["high"])

@@ -97,6 +97,7 @@ from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, re
 from dcaudit.spec import check_keys
 from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
+from dcaudit.storage import constant_strings, numpy_array, string_array
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -353,16 +354,27 @@ def _nanquantile(values: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
     return np.stack(out)
 
 
+# Arrow columns are built on numpy buffers: pa.array of Python or numpy values imports pandas (~0.3 s).
+
 def _num(values: Any) -> pa.Array:
     arr = np.asarray(values, dtype=float)
-    return pa.array(arr, mask=np.isnan(arr))
+    return numpy_array(arr, mask=np.isnan(arr))
 
 
 def _lists(block: np.ndarray) -> pa.Array:
     """Rows of a (rows, prices) array as list<double>; all-NaN rows (no cost defined) become NULL."""
     n, width = block.shape
-    offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(block.ravel()), mask=pa.array(np.isnan(block).all(axis=1)))
+    offsets = numpy_array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+    values = numpy_array(np.ascontiguousarray(block, dtype=float).ravel())
+    return pa.ListArray.from_arrays(offsets, values, mask=numpy_array(np.isnan(block).all(axis=1)))
+
+
+def _constant(value: object, n: int, kind: str) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}[kind])
+    if kind == "string":
+        return constant_strings(str(value), n)
+    return numpy_array(np.full(n, value, dtype=np.int64 if kind == "int64" else float))
 
 
 def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
@@ -374,19 +386,19 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     const = {"source": labels.source, "audit_id": labels.audit_id, "claim": labels.claim,
              "evidence": labels.evidence, "fiber_rule": labels.fiber_rule,
              "certification": labels.certification, "mode": cfg.mode}
-    table: dict[str, pa.Array] = {k: pa.array([v] * n_rows, pa.string()) for k, v in const.items()}
-    table["min_support"] = pa.array([cfg.min_support] * n_rows, pa.int64())
-    table["epsilon"] = pa.array([cfg.epsilon if cfg.mode == "calibrated" else None] * n_rows, pa.float64())
-    table["delta"] = pa.array([cfg.delta] * n_rows, pa.float64())
-    table["calibration_fraction"] = pa.array([cfg.calibration_fraction] * n_rows, pa.float64())
-    table["seed_offset"] = pa.array([cfg.seed_offset] * n_rows, pa.int64())
-    table["n_excluded"] = pa.array([labels.n_excluded] * n_rows, pa.int64())
-    table["model"] = pa.array(np.concatenate([rows["model"], summary["model"]]).tolist(), pa.string())
-    table["policy"] = pa.array(np.concatenate([rows["policy"], summary["policy"]]).tolist(), pa.string())
+    table: dict[str, pa.Array] = {k: _constant(v, n_rows, "string") for k, v in const.items()}
+    table["min_support"] = _constant(cfg.min_support, n_rows, "int64")
+    table["epsilon"] = _constant(cfg.epsilon if cfg.mode == "calibrated" else None, n_rows, "float64")
+    table["delta"] = _constant(cfg.delta, n_rows, "float64")
+    table["calibration_fraction"] = _constant(cfg.calibration_fraction, n_rows, "float64")
+    table["seed_offset"] = _constant(cfg.seed_offset, n_rows, "int64")
+    table["n_excluded"] = _constant(labels.n_excluded, n_rows, "int64")
+    table["model"] = string_array(np.concatenate([rows["model"], summary["model"]]).tolist())
+    table["policy"] = string_array(np.concatenate([rows["policy"], summary["policy"]]).tolist())
     seeds = np.concatenate([_float(rows["seed"]), np.full(n_sum, np.nan)])
-    table["seed"] = pa.array(np.nan_to_num(seeds).astype(np.int64), mask=np.isnan(seeds))
-    table["n_seeds"] = pa.array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
-                                                np.asarray(summary["n_seeds"], dtype=np.int64)]))
+    table["seed"] = numpy_array(np.nan_to_num(seeds).astype(np.int64), mask=np.isnan(seeds))
+    table["n_seeds"] = numpy_array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                   np.asarray(summary["n_seeds"], dtype=np.int64)]))
     for key in _MEANS:
         table[key] = _num(np.concatenate([_float(rows[key]), _float(summary[key])]))
     prices = np.asarray(cfg.prices, dtype=float)
@@ -535,8 +547,8 @@ def _costs(ps: dict[str, Any], cfg: ReplayConfig, labels: ReplayLabels, *, poole
              "mode": cfg.mode}
     table = cost_table(ps, prices=tuple(cfg.prices), const=const, pooled=pooled)
     n = table.num_rows
-    return (table.append_column("min_support", pa.array([cfg.min_support] * n, pa.int64()))
-            .append_column("delta", pa.array([cfg.delta] * n, pa.float64())))
+    return (table.append_column("min_support", _constant(cfg.min_support, n, "int64"))
+            .append_column("delta", _constant(cfg.delta, n, "float64")))
 
 
 def replay_fibers(

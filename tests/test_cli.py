@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import polars as pl
@@ -138,3 +139,23 @@ def test_no_report_leaves_report_html_for_later(env: dict[str, str], bench_csv: 
     assert not (out / "report.html").exists() and (out / "summary.parquet").is_file()
     rendered = invoke(env, "report", str(out))
     assert rendered.exit_code == 0 and (out / "report.html").is_file()
+
+
+@pytest.mark.parametrize("command", ["audit", "replay"])
+def test_whole_commands_do_not_import_pandas(tmp_path: Path, command: str) -> None:
+    """pyarrow imports pandas (~0.3 s of a command) when it converts Python or numpy values or reads
+    pandas metadata; the audit and replay commands build their tables without that."""
+    import subprocess
+    import sys
+
+    csv = tmp_path / "t.csv"
+    csv.write_text("id,a,b,y\n" + "".join(f"{i},{i % 2},{i % 3},{int(i % 5 == 0)}\n" for i in range(200)))
+    args = [command, str(csv), "--id", "id", "--evidence", "a,b", "--claim", "y = 1", "--out", str(tmp_path / "p"),
+            "--no-report"] + (["--seeds", "3", "--min-support", "5"] if command == "replay" else [])
+    code = ("import sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('PANDAS' if 'pandas' in sys.modules else 'NO-PANDAS', file=sys.stderr)\n")
+    env = {**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "NO-PANDAS"
