@@ -551,21 +551,6 @@ def _costs(ps: dict[str, Any], cfg: ReplayConfig, labels: ReplayLabels, *, poole
             .append_column("delta", _constant(cfg.delta, n, "float64")))
 
 
-def replay_fibers(
-    con: duckdb.DuckDBPyConnection,
-    relation: str,
-    *,
-    id_column: str,
-    evidence: EvidenceMap,
-    claim: Claim,
-    config: ReplayConfig = ReplayConfig(),
-    labels: AuditLabels,
-) -> pa.Table:
-    """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width)."""
-    return fiber_replay(con, relation, id_column=id_column, evidence=evidence, claim=claim, config=config,
-                        labels=labels).replay
-
-
 def fiber_replay(
     con: duckdb.DuckDBPyConnection,
     relation: str,
@@ -577,7 +562,8 @@ def fiber_replay(
     labels: AuditLabels,
     engine: Engine | None = None,
 ) -> ReplayResult:
-    """:func:`replay_fibers` with the ``costs`` table of every policy at every price of the grid.
+    """Certify-then-acquire replay over the fibers of a partition evidence map (exact / quantile / width):
+    the ``replay`` table (policy × seed) and the ``costs`` table of every policy at every price of the grid.
 
     The candidates × seeds pass (the split counts) runs on ``engine`` — DuckDB on ``con`` by default, or
     Spark — and everything after it here, the same for every engine."""

@@ -426,7 +426,7 @@ def audit_fibers_spark(spark: Any, df: Any, *, id_column: str, evidence: Evidenc
 
 def replay_fibers_spark(spark: Any, df: Any, *, id_column: str, evidence: EvidenceMap, claim: Claim,
                         config: ReplayConfig | None = None, labels: AuditLabels) -> pa.Table:
-    """:func:`dcaudit.audits.replay.replay_fibers` of a Spark DataFrame on the Spark engine (DuckDB's splits)."""
+    """:func:`dcaudit.audits.replay.fiber_replay` of a Spark DataFrame on the Spark engine (DuckDB's splits)."""
     con = duckdb.connect()
     engine = SparkEngine(spark, con)
     try:

@@ -48,12 +48,12 @@ def run_dcaudit(con, relation: str, seeds: int, id_column: str = "mol_id", evide
                 claim: str = CLAIM):  # noqa: ANN201 - pyarrow table
     from dcaudit.audits.evidence import EvidenceMap
     from dcaudit.audits.fibers import AuditLabels
-    from dcaudit.audits.replay import ReplayConfig, replay_fibers
+    from dcaudit.audits.replay import ReplayConfig, fiber_replay
     from dcaudit.claims import parse_claim
 
-    return replay_fibers(con, relation, id_column=id_column, evidence=EvidenceMap(tuple(evidence)),
-                         claim=parse_claim(claim), config=ReplayConfig(seeds=seeds, min_support=MIN_SUPPORT),
-                         labels=AuditLabels("bench", "replay"))
+    return fiber_replay(con, relation, id_column=id_column, evidence=EvidenceMap(tuple(evidence)),
+                        claim=parse_claim(claim), config=ReplayConfig(seeds=seeds, min_support=MIN_SUPPORT),
+                        labels=AuditLabels("bench", "replay")).replay
 
 
 def split_matrix(con, seeds: int, ids: list[str]) -> np.ndarray:  # noqa: ANN001

@@ -92,11 +92,11 @@ def run_duckdb(bench: str, path: Path, memory_limit: str, opts: dict) -> tuple[f
                           rules=[rule], min_support=5, labels=labels).to_pylist()[0]
         checks = {"certified_fraction": row["certified_fraction"], "median_window": row["median_fiber_size"]}
     elif bench.startswith("replay:"):
-        from dcaudit.audits.replay import ReplayConfig, replay_fibers
+        from dcaudit.audits.replay import ReplayConfig, fiber_replay
 
-        table = replay_fibers(con, "cand", id_column="candidate_id", evidence=EvidenceMap(EVIDENCE),
-                              claim=parse_claim(BINARY_CLAIM), labels=labels,
-                              config=ReplayConfig(seeds=REPLAY_SEEDS, min_support=REPLAY_SUPPORT))
+        table = fiber_replay(con, "cand", id_column="candidate_id", evidence=EvidenceMap(EVIDENCE),
+                             claim=parse_claim(BINARY_CLAIM), labels=labels,
+                             config=ReplayConfig(seeds=REPLAY_SEEDS, min_support=REPLAY_SUPPORT)).replay
         checks = _replay_checks(table.to_pylist())
     elif bench.startswith("completion:"):
         from dcaudit.audits.completion import CompletionConfig, completion_curves

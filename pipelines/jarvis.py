@@ -1,6 +1,6 @@
 """The ``[jarvis]`` section: checks that explain where dcaudit's JARVIS numbers differ from the paper's.
 
-Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / ``replay_fibers``):
+Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / ``fiber_replay``):
 
 * ``by_position = true`` — the [replay] error-window replay again, but with each model's prediction
   taken from the second column of its file, as a reader by position would. Three contribution files
@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from dcaudit.audits.choice import model_choice
 from dcaudit.audits.fibers import AuditLabels
-from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_fibers, replay_windows
+from dcaudit.audits.replay import ReplayConfig, WindowSpec, fiber_replay, parse_section, replay_windows
 from dcaudit.claims import parse_claim, quote_identifier
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
@@ -98,8 +98,8 @@ def jarvis_stage(ctx: StageContext) -> StageTables:
         config = ReplayConfig(seeds=int(base.get("seeds", 200)),
                               calibration_fraction=float(base.get("calibration_fraction", 0.7)),
                               min_support=int(base.get("min_support", 3)))
-        out["replay"].append(replay_fibers(
+        out["replay"].append(fiber_replay(
             ctx.con, ctx.view_for(base.get("table", "test_truth")), id_column=ctx.spec.id_column, evidence=emap,
             claim=parse_claim(base.get("claim", "optb88vdw_bandgap > 1.0")), config=config,
-            labels=AuditLabels(ctx.source, "probe-baseline")))
+            labels=AuditLabels(ctx.source, "probe-baseline")).replay)
     return out

@@ -22,9 +22,9 @@ from dcaudit.audits.replay import (
     WindowSpec,
     calibration_members,
     cp_upper,
+    fiber_replay,
     parse_section,
     parse_tolerance,
-    replay_fibers,
     replay_windows,
     window_counts,
 )
@@ -42,8 +42,8 @@ def _con(table: pa.Table) -> duckdb.DuckDBPyConnection:
 
 def _fibers(con: duckdb.DuckDBPyConnection, cfg: ReplayConfig, evidence: tuple[str, ...] = ("e",),
             claim: str = "y = 1") -> pa.Table:
-    return replay_fibers(con, "t", id_column="id", evidence=EvidenceMap(evidence), claim=parse_claim(claim),
-                         config=cfg, labels=LABELS)
+    return fiber_replay(con, "t", id_column="id", evidence=EvidenceMap(evidence), claim=parse_claim(claim),
+                        config=cfg, labels=LABELS).replay
 
 
 def _rows(table: pa.Table, policy: str, summary: bool = False) -> list[dict]:
@@ -559,8 +559,8 @@ def test_tox21_replay_lands_near_paper(tox21_settings) -> None:  # noqa: ANN001
     path = prepare(tox21_settings).tables["tox21"]
     con = duckdb.connect()
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{path}')")
-    out = replay_fibers(con, "t", id_column="mol_id", evidence=EvidenceMap(NR), claim=parse_claim('"SR-p53" = 1'),
-                        config=ReplayConfig(seeds=100, min_support=50), labels=AuditLabels("tox21", "nr7-p53"))
+    out = fiber_replay(con, "t", id_column="mol_id", evidence=EvidenceMap(NR), claim=parse_claim('"SR-p53" = 1'),
+                       config=ReplayConfig(seeds=100, min_support=50), labels=AuditLabels("tox21", "nr7-p53")).replay
     s = {r["policy"]: r for r in out.to_pylist() if r["seed"] is None}
     assert s["fiber_majority"]["n_calibration"] + s["fiber_majority"]["n_test"] == pytest.approx(4391)
     assert s["fiber_majority"]["false_decision_rate"] == pytest.approx(0.0119, abs=0.001)
