@@ -189,6 +189,15 @@ def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Ev
             FROM {ev_t} GROUP BY ALL"""
         )
         return
+    if ev.groups is not None and evidence.rule.kind == "quantile":
+        # a one-column quantile rule was grouped by the passes that selected its cut points: no scan here
+        name = f"_arrow_{grp_t}"
+        con.register(name, ev.groups)
+        try:
+            con.execute(f"CREATE TEMP TABLE {grp_t} AS SELECT * FROM {name}")
+        finally:
+            con.unregister(name)
+        return
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
     terms, radix = packed_terms(ev.key_columns, ranges)
     unpack, r = [], 1

@@ -1,7 +1,8 @@
 """Which quantile cut is right where DuckDB's and pandas' differ (the bench's off-by-one at 1e7)?
 
-For each interior cut of ``quantile:K`` on the synthetic column ``x``: DuckDB's ``quantile_cont``,
-pandas' ``Series.quantile`` (what ``qcut`` uses) and polars' ``qcut`` breaks, against the exact
+For each interior cut of ``quantile:K`` on the synthetic column ``x``: DuckDB's ``quantile_cont`` (which
+dcaudit's selected cut points must equal: checked first) and pandas' ``Series.quantile`` (what ``qcut``
+uses; polars' ``qcut`` breaks bin the same candidates as pandas in the suite's 1e7 row), against the exact
 value — linear interpolation between the order statistics at floor/ceil of ``(n - 1) q`` computed
 in rational arithmetic with ``q = i / K`` exactly. A candidate whose value lies between two
 libraries' cuts is binned differently by them; the exact cut decides which bin is right.
@@ -40,6 +41,15 @@ def main() -> None:
     duck = con.execute(f"SELECT quantile_cont(CAST(x AS DOUBLE), [{', '.join(map(repr, probs))}]) "
                        f"FROM read_parquet('{path}')").fetchall()[0][0]
     pand = pd.Series(x).quantile(probs).to_numpy()
+    # dcaudit's cut points (selection: histogram + exact passes) must be quantile_cont's, bit for bit
+    from dcaudit.audits.evidence import quantile_cuts
+
+    con.execute(f"CREATE VIEW cand AS SELECT * FROM read_parquet('{path}')")
+    con.execute("SET disabled_optimizers = 'statistics_propagation'")  # as the audit runs (x is a float)
+    selected = quantile_cuts(con, "cand", ["x"], k, "r IS NOT NULL")["x"]
+    same = selected == sorted({float(v) for v in duck})
+    print(f"dcaudit's selected cut points {'are' if same else 'are NOT'} DuckDB's quantile_cont ones "
+          f"({len(selected)} distinct cuts)")
     ranks = sorted({r for i in range(1, k) for r in ((n - 1) * i // k, -(-(n - 1) * i // k))})
     part = np.partition(x, ranks)
     disagreements = 0
@@ -62,6 +72,8 @@ def main() -> None:
                   f"right: {right}")
     print(f"n = {n:,}; {sum(d != p for d, p in zip(duck, pand, strict=True))} of {k - 1} cuts differ in the last "
           f"bits; {disagreements} value(s) binned differently")
+    if not same:
+        raise SystemExit("dcaudit's cut points differ from quantile_cont's")
 
 
 if __name__ == "__main__":
