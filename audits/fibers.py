@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from dcaudit.audits import arrays
 from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
@@ -305,68 +306,64 @@ def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: t
         FROM {grp_t} WHERE audited;
         SELECT {head}, fiber_key, {key_str} AS evidence_key, lo AS evidence_lo, hi AS evidence_hi,
                CAST(n AS BIGINT) AS n, n_true, status,
+               CAST(list_position({list(_STATUSES)!r}, status) - 1 AS INTEGER) AS _status,
                (SELECT CAST(coalesce(sum(n), 0) AS BIGINT) FROM {grp_t} WHERE NOT audited) AS _n_excluded
         FROM {fib_t} ORDER BY fiber_key"""
     ).to_arrow_table()
     if fibers.num_rows:
-        n_excluded = int(fibers["_n_excluded"][0].as_py())
+        n_excluded = int(arrays.values(fibers["_n_excluded"], np.int64)[0])
     else:
         n_excluded = int(con.execute(f"SELECT coalesce(sum(n), 0) FROM {grp_t} WHERE NOT audited").fetchall()[0][0])
-    fibers = fibers.drop_columns(["_n_excluded"])
+    status = arrays.values(fibers["_status"], np.int64)
+    fibers = fibers.drop_columns(["_status", "_n_excluded"])
     return summary_table(fibers, n_excluded, labels=labels, claim=claim, evidence=evidence,
-                         min_support=min_support), fibers
+                         min_support=min_support, status=status), fibers
 
 
-SUMMARY_SCHEMA = pa.schema(
-    [(name, pa.string()) for name in ("source", "audit_id", "claim", "evidence", "fiber_rule", "model")]
-    + [("min_support", pa.int32())]
-    + [(name, pa.int64()) for name in ("n_candidates", "n_excluded", "n_fibers", "n_mixed_fibers",
-                                       "n_unsupported_fibers", "certified_true", "certified_false", "ambiguous",
-                                       "unsupported")]
-    + [(name, pa.float64()) for name in ("certified_fraction", "ambiguous_fraction", "unsupported_fraction",
-                                         "mixed_fiber_fraction", "prevalence")]
-    + [("benchmark_only_errors", pa.int64()), ("benchmark_only_risk", pa.float64()),
-       ("median_fiber_size", pa.float64())])
+_STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")  # the values of status_sql
 
 
 def summary_table(fibers: pa.Table, n_excluded: int, *, labels: AuditLabels, claim: Claim, evidence: EvidenceMap,
-                  min_support: int) -> pa.Table:
+                  min_support: int, status: np.ndarray | None = None) -> pa.Table:
     """The summary row (docs/package.md; the columns of :func:`summary_columns_sql`) from a fibers table.
 
     Counts are integer sums; fractions are one division of two integers (as DuckDB's ``/`` computes them,
     NULL over nothing); the median fiber size is the middle size, or the mean of the two middle sizes
-    (DuckDB's ``median``: exact for sizes below 2^52).
+    (DuckDB's ``median``: exact for sizes below 2^52). ``status``: each fiber's index in ``_STATUSES`` when
+    the caller has it. Built from buffers (:mod:`dcaudit.audits.arrays`): no pandas import.
     """
-    import pyarrow.compute as pc
-
-    n = np.asarray(fibers["n"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    t = np.asarray(fibers["n_true"].to_numpy(zero_copy_only=False), dtype=np.int64)
-
-    def has(status: str) -> np.ndarray:
-        return np.asarray(pc.equal(fibers["status"], status).to_numpy(zero_copy_only=False), dtype=bool)
-
-    ambiguous, unsupported = has("ambiguous"), has("unsupported")
+    n = arrays.values(fibers["n"], np.int64)
+    t = arrays.values(fibers["n_true"], np.int64)
+    if status is None:
+        names = fibers["status"].to_pylist()
+        status = np.asarray([_STATUSES.index(v) for v in names], dtype=np.int64)
+    cert_true, cert_false, ambiguous, unsupported = (status == i for i in range(len(_STATUSES)))
     n_candidates, n_fibers = int(n.sum()), len(n)
-    cert_true, cert_false = int(n[has("certified_true")].sum()), int(n[has("certified_false")].sum())
     errors = int(np.minimum(t, n - t).sum())
 
-    def per(x: int, y: int) -> float | None:
-        return x / y if y else None
+    def per(x: int, y: int) -> float:
+        return x / y if y else np.nan
 
-    row = {"source": labels.source, "audit_id": labels.audit_id, "claim": claim.text, "evidence": evidence.label,
-           "fiber_rule": str(evidence.rule), "model": labels.model, "min_support": int(min_support),
-           "n_candidates": n_candidates, "n_excluded": int(n_excluded), "n_fibers": n_fibers,
-           "n_mixed_fibers": int(ambiguous.sum()), "n_unsupported_fibers": int(unsupported.sum()),
-           "certified_true": cert_true, "certified_false": cert_false, "ambiguous": int(n[ambiguous].sum()),
-           "unsupported": int(n[unsupported].sum()),
-           "certified_fraction": per(cert_true + cert_false, n_candidates),
-           "ambiguous_fraction": per(int(n[ambiguous].sum()), n_candidates),
-           "unsupported_fraction": per(int(n[unsupported].sum()), n_candidates),
-           "mixed_fiber_fraction": per(int(ambiguous.sum()), n_fibers),
-           "prevalence": per(int(t.sum()), n_candidates),
-           "benchmark_only_errors": errors, "benchmark_only_risk": per(errors, n_candidates),
-           "median_fiber_size": float(np.median(n)) if n_fibers else None}
-    return pa.Table.from_pylist([row], schema=SUMMARY_SCHEMA)
+    ints = {"n_candidates": n_candidates, "n_excluded": int(n_excluded), "n_fibers": n_fibers,
+            "n_mixed_fibers": int(ambiguous.sum()), "n_unsupported_fibers": int(unsupported.sum()),
+            "certified_true": int(n[cert_true].sum()), "certified_false": int(n[cert_false].sum()),
+            "ambiguous": int(n[ambiguous].sum()), "unsupported": int(n[unsupported].sum())}
+    floats = {"certified_fraction": per(ints["certified_true"] + ints["certified_false"], n_candidates),
+              "ambiguous_fraction": per(ints["ambiguous"], n_candidates),
+              "unsupported_fraction": per(ints["unsupported"], n_candidates),
+              "mixed_fiber_fraction": per(ints["n_mixed_fibers"], n_fibers),
+              "prevalence": per(int(t.sum()), n_candidates)}
+    columns: dict[str, pa.Array] = {
+        name: arrays.strings([value]) for name, value in (
+            ("source", labels.source), ("audit_id", labels.audit_id), ("claim", claim.text),
+            ("evidence", evidence.label), ("fiber_rule", str(evidence.rule)), ("model", labels.model))}
+    columns["min_support"] = arrays.int32([int(min_support)])
+    columns |= {name: arrays.int64([value]) for name, value in ints.items()}
+    columns |= {name: arrays.float64_nan_null([value]) for name, value in floats.items()}
+    columns["benchmark_only_errors"] = arrays.int64([errors])
+    columns["benchmark_only_risk"] = arrays.float64_nan_null([per(errors, n_candidates)])
+    columns["median_fiber_size"] = arrays.float64_nan_null([float(np.median(n)) if n_fibers else np.nan])
+    return pa.table(columns)
 
 
 def audit_fibers(

@@ -26,7 +26,9 @@ The population is the finite values of the rows whose claim value (``y``) is not
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -34,6 +36,8 @@ from fractions import Fraction
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from dcaudit.audits import arrays  # columns from buffers, not pa.array: no pandas import
 
 BUCKETS = 4096         # equal-width buckets per histogram pass: ~2.4k values each at 1e7 rows
 EXACT_ROWS = 1 << 18   # values listed one by one in an exact pass; larger buckets are split first
@@ -85,23 +89,23 @@ _INTERPOLATION_OK: dict[str, bool] = {}
 
 def interpolation_matches(con: duckdb.DuckDBPyConnection) -> bool:
     """True when :func:`cuts_from_order_statistics` reproduces this DuckDB's ``quantile_cont`` (checked once
-    per DuckDB version on values chosen so that the interpolation rounds: a different formula would show)."""
+    per DuckDB version, in one query, on values chosen so that the interpolation rounds: a different
+    formula would show — ten of these cuts differ between ``fma(1 − d, lo, d · hi)`` and ``lo + d (hi − lo)``)."""
     version = duckdb.__version__
     if version not in _INTERPOLATION_OK:
-        rng = np.random.default_rng(20261201)
-        ok = True
-        for n, k in ((2, 7), (14, 3), (97, 13), (250, 20), (1000, 100)):
-            values = np.sort(rng.normal(size=n) * 10.0 ** float(rng.integers(-3, 4)))
-            probs = probabilities(k)
-            name = f"_dcaudit_interp_{n}"
-            con.register(name, pa.table({"x": values}))
-            try:
-                want = con.execute(f"SELECT quantile_cont(x, [{', '.join(map(repr, probs))}]) FROM {name}"
-                                   ).fetchall()[0][0]
-            finally:
-                con.unregister(name)
-            got = cuts_from_order_statistics(n, probs, values.__getitem__)
-            ok = ok and got == sorted({float(v) for v in want})
+        cases = ((2, 7, 1e-3), (14, 3, 1.0), (97, 13, 10.0), (250, 20, 0.1), (1000, 100, 1e3))
+        rows = " UNION ALL ".join(f"SELECT {j} AS s, (hash(i, {n}) % 1000003) / 1000003.0 * {scale!r} - 0.3 AS x "
+                                  f"FROM range({n}) t(i)" for j, (n, _, scale) in enumerate(cases))
+        aggs = ", ".join(f"quantile_cont(x, [{', '.join(map(repr, probabilities(k)))}]) FILTER (WHERE s = {j})"
+                         for j, (_, k, _) in enumerate(cases))
+        got = con.execute(f"WITH v AS ({rows}) SELECT {aggs}, list(x ORDER BY s, x) FROM v").fetchall()[0]
+        everything = np.asarray(got[-1], dtype=float)
+        ok, at = True, 0
+        for (n, k, _), want in zip(cases, got[:-1], strict=True):
+            values = everything[at:at + n]
+            at += n
+            ok = ok and cuts_from_order_statistics(n, probabilities(k), values.__getitem__) == sorted(
+                {float(v) for v in want})
         _INTERPOLATION_OK[version] = ok
     return _INTERPOLATION_OK[version]
 
@@ -122,21 +126,25 @@ class Pieces:
     n: np.ndarray      # population values
     t: np.ndarray      # of which the claim is true
     exact: np.ndarray
+    code: np.ndarray | None = None  # the histogram pass's bucket code (-1: a piece of a later pass)
 
-    @classmethod
-    def empty(cls) -> Pieces:
-        f, i = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return cls(f, f.copy(), i, i.copy(), np.zeros(0, dtype=bool))
+    def __post_init__(self) -> None:
+        if self.code is None:
+            self.code = np.full(len(self.lo), -1, dtype=np.int64)
+
+    def take(self, mask: np.ndarray) -> Pieces:
+        assert self.code is not None
+        return Pieces(self.lo[mask], self.hi[mask], self.n[mask], self.t[mask], self.exact[mask], self.code[mask])
 
     def sorted(self) -> Pieces:
-        order = np.argsort(self.lo, kind="stable")
-        return Pieces(self.lo[order], self.hi[order], self.n[order], self.t[order], self.exact[order])
+        return self.take(np.argsort(self.lo, kind="stable"))
 
     def replace(self, drop: np.ndarray, new: Pieces) -> Pieces:
-        keep = ~drop
-        return Pieces(np.concatenate([self.lo[keep], new.lo]), np.concatenate([self.hi[keep], new.hi]),
-                      np.concatenate([self.n[keep], new.n]), np.concatenate([self.t[keep], new.t]),
-                      np.concatenate([self.exact[keep], new.exact])).sorted()
+        keep, old = ~drop, self.take(~drop)
+        assert old.code is not None and new.code is not None and keep is not None
+        return Pieces(np.concatenate([old.lo, new.lo]), np.concatenate([old.hi, new.hi]),
+                      np.concatenate([old.n, new.n]), np.concatenate([old.t, new.t]),
+                      np.concatenate([old.exact, new.exact]), np.concatenate([old.code, new.code])).sorted()
 
 
 @dataclass
@@ -160,22 +168,62 @@ class Selection:
 
 
 class _Source:
-    """SQL over one numeric column ``x`` (DOUBLE) and a claim value ``y`` (BOOLEAN, NULL = no value)."""
+    """SQL over one numeric column ``x`` (DOUBLE) and a claim value ``y`` (BOOLEAN, NULL = no value); ``code``
+    the bucket of ``x`` (an expression, or the column ``c`` of a materialised copy)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, sql: str, code: str) -> None:
-        self.con, self.sql, self.code = con, sql, code
+    def __init__(self, con: duckdb.DuckDBPyConnection, sql: str, code: str, *, native: bool = False) -> None:
+        self.con, self.sql, self.code, self.native = con, sql, code, native
 
-    def histogram(self, where: str = "TRUE", code: str | None = None, part: str = "0") -> dict[str, np.ndarray]:
-        return self.con.execute(
-            f"""SELECT {part} AS p, {code or self.code} AS c, count(*) AS n, count(x) AS nx, count(y) AS ny,
+    def histogram(self, where: str = "TRUE", code: str | None = None, part: str | None = None) -> dict[str, np.ndarray]:
+        keys = (f"{part} AS p, " if part else "") + f"{code or self.code} AS c"
+        sql = f"""SELECT {keys}, count(*) AS n, count(x) AS nx, count(y) AS ny,
                        CAST(coalesce(count_if(y), 0) AS BIGINT) AS nt, min(x) FILTER (WHERE y IS NOT NULL) AS lo,
                        max(x) FILTER (WHERE y IS NOT NULL) AS hi
-                FROM ({self.sql}) WHERE {where} GROUP BY ALL""").fetchnumpy()
+                FROM ({self.sql}) WHERE {where} GROUP BY ALL"""
+        if not (self.native and code is None and part is None):
+            return self.con.execute(sql).fetchnumpy()
+        # Over the materialised copy the bucket code is a stored column with exact statistics (DuckDB's own,
+        # written with the rows; not Parquet's, which leave NaN out): with statistics propagation on for
+        # this one statement, DuckDB groups by it in a perfect hash table (an array indexed by the code).
+        current = self.con.execute("SELECT current_setting('disabled_optimizers'), "
+                                   "current_setting('perfect_ht_threshold')").fetchall()[0]
+        try:
+            self.con.execute(f"SET disabled_optimizers = ''; SET perfect_ht_threshold = {_PERFECT_BITS}")
+            return self.con.execute(sql).fetchnumpy()
+        finally:
+            self.con.execute(f"SET disabled_optimizers = '{current[0]}'; SET perfect_ht_threshold = {int(current[1])}")
 
     def values(self, where: str) -> dict[str, np.ndarray]:
         return self.con.execute(
-            f"SELECT x, count(*) AS n, count(y) AS ny, CAST(coalesce(count_if(y), 0) AS BIGINT) AS nt FROM ({self.sql}) WHERE {where} GROUP BY x"
+            f"SELECT x, count(*) AS n, count(y) AS ny, CAST(coalesce(count_if(y), 0) AS BIGINT) AS nt "
+            f"FROM ({self.sql}) WHERE {where} GROUP BY x"
         ).fetchnumpy()
+
+
+_PERFECT_BITS = 16         # the histogram's perfect hash table: up to 2^16 codes (4097 and NULL need 13 bits)
+_ROW_BYTES = 24            # a materialised row (code, x, y and validity) with DuckDB's overhead
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Hint:
+    """Where the column's finite values lie (from statistics: a superset is fine) and how many rows there are."""
+
+    lo: float
+    hi: float
+    rows: int
+
+
+def _materialise(con: duckdb.DuckDBPyConnection, rows: int) -> bool:
+    """Copy (code, x, y) into a temp table when it takes at most a quarter of DuckDB's memory limit: the
+    source is read once (not twice), the histogram groups by a stored code, the exact pass scans memory."""
+    text = str(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", text)
+    if not m:
+        return rows <= 1 << 26
+    units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "KiB": 2**10,
+             "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+    return rows * _ROW_BYTES <= float(m.group(1)) * units.get(m.group(2), 1) / 4
 
 
 def _np(result: dict[str, np.ndarray], name: str, dtype: type = np.int64) -> np.ndarray:
@@ -198,38 +246,49 @@ def _code_sql(lo: float, hi: float, buckets: int) -> str:
     return f"TRY_CAST((x - {dbl(lo)}) * {dbl(scale)} AS INTEGER)"
 
 
-def bounds(con: duckdb.DuckDBPyConnection, column_sql: str, relation: str) -> tuple[float, float] | None:
-    """(min, max) of the column over the whole relation — from statistics where DuckDB keeps them (the
-    query runs with statistics propagation on; it only guides the bucket width, never a result) —
-    or, when that is not a finite range, from a scan of the finite values; None when there are none."""
+def bounds(con: duckdb.DuckDBPyConnection, column_sql: str, relation: str) -> Hint:
+    """Where the column's values lie and the number of rows of the relation — from statistics where DuckDB
+    keeps them (the query runs with statistics propagation on; it only sizes the buckets and decides on a
+    copy, never a result) — or, when that is not a finite range, from a scan of the finite values."""
     current = con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0]
     try:
         if current:
             con.execute("SET disabled_optimizers = ''")
-        row = con.execute(f"SELECT min({column_sql}), max({column_sql}) FROM {relation}").fetchall()[0]
+        lo, hi, rows = con.execute(f"SELECT min({column_sql}), max({column_sql}), count(*) FROM {relation}"
+                                   ).fetchall()[0]
     finally:
         if current:
             con.execute(f"SET disabled_optimizers = '{current}'")
-    lo, hi = row
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
         x = column_sql
         lo, hi = con.execute(f"SELECT min({x}) FILTER (WHERE isfinite({x})), max({x}) FILTER (WHERE isfinite({x})) "
                              f"FROM {relation}").fetchall()[0]
         if lo is None:
-            return None
-    return float(lo), float(hi)
+            lo, hi = 0.0, 1.0
+    return Hint(float(lo), float(hi), int(rows))
 
 
-def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float],
-           hint: tuple[float, float] | None, *, resolve_bins: bool) -> Selection:
+def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float], hint: Hint, *,
+           resolve_bins: bool) -> Selection:
     """Exact cut points (as ``quantile_cont`` over the population of ``source_sql``) by selection.
 
     ``source_sql`` yields ``x`` (DOUBLE) and ``y`` (BOOLEAN; NULL rows are outside the population).
     With ``resolve_bins`` every bucket a cut point falls inside is listed value by value too, so that
-    the pieces can be binned without looking at the rows again.
+    the pieces can be binned without looking at the rows again. When it fits (:func:`_materialise`), the
+    source is read once into a temp table of (code, x, y) that the passes then scan.
     """
-    lo, hi = hint if hint is not None else (0.0, 1.0)
-    src = _Source(con, source_sql, _code_sql(lo, hi, BUCKETS))
+    code = _code_sql(hint.lo, hint.hi, BUCKETS)
+    if not _materialise(con, hint.rows):
+        return _select(_Source(con, source_sql, code), probs, resolve_bins)
+    table = f"_dcaudit_qsel_{next(_counter)}"
+    con.execute(f"CREATE TEMP TABLE {table} AS SELECT {code} AS c, x, y FROM ({source_sql})")
+    try:
+        return _select(_Source(con, f"SELECT * FROM {table}", "c", native=True), probs, resolve_bins)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
     first = src.histogram()
     coded = _valid(first, "c")
     n_all, nx, ny, nt = (_np(first, k) for k in ("n", "nx", "ny", "nt"))
@@ -237,7 +296,7 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float],
     special.finite_without_claim = int((n_all - ny)[coded].sum())
     has = coded & (ny > 0)
     pieces = Pieces(_np(first, "lo", float)[has], _np(first, "hi", float)[has], ny[has], nt[has],
-                    np.zeros(int(has.sum()), dtype=bool))
+                    np.zeros(int(has.sum()), dtype=bool), _np(first, "c")[has])
     pieces.exact = pieces.lo == pieces.hi
     pieces = pieces.sorted()
     uncoded_pending = False
@@ -268,12 +327,18 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float],
         keep = finite & (ny_ > 0) & (inside | (beyond if uncoded else False))
         return Pieces(xv[keep], xv[keep].copy(), ny_[keep], nt_[keep], np.ones(int(keep.sum()), dtype=bool))
 
-    def ranges_sql(chosen: Pieces) -> str:
-        return " OR ".join(f"(x >= {dbl(a)} AND x <= {dbl(b)})" for a, b in zip(chosen.lo, chosen.hi, strict=True))
+    def chosen_sql(chosen: Pieces) -> list[str]:
+        """The rows of the chosen pieces: buckets of the histogram pass by their code (one IN list, cheaper
+        to test than ranges), pieces of later passes by their value range."""
+        assert chosen.code is not None
+        first_level = chosen.code >= 0
+        parts = [f"({src.code}) IN ({', '.join(str(int(c)) for c in chosen.code[first_level])})"] if first_level.any() else []
+        return parts + [f"(x >= {dbl(a)} AND x <= {dbl(b)})" for a, b in
+                        zip(chosen.lo[~first_level], chosen.hi[~first_level], strict=True)]
 
     def listing(mask: np.ndarray, with_uncoded: bool) -> Pieces:
-        chosen = Pieces(pieces.lo[mask], pieces.hi[mask], pieces.n[mask], pieces.t[mask], pieces.exact[mask])
-        parts = ([ranges_sql(chosen)] if mask.any() else []) + ([f"({src.code}) IS NULL"] if with_uncoded else [])
+        chosen = pieces.take(mask)
+        parts = chosen_sql(chosen) + ([f"({src.code}) IS NULL"] if with_uncoded else [])
         return add_values(src.values(" OR ".join(parts)), chosen, with_uncoded)
 
     def refine(mask: np.ndarray) -> Pieces:
@@ -369,6 +434,9 @@ def fiber_groups(sel: Selection, missing: str, key: str) -> pa.Table:
         los.append(None)
         his.append(None)
         audited.append(False)
-    return pa.table({key: pa.array(keys, pa.int32()), "audited": pa.array(audited, pa.bool_()),
-                     "n": pa.array(counts, pa.int64()), "n_true": pa.array(trues, pa.int64()),
-                     "lo": pa.array(los, pa.float64()), "hi": pa.array(his, pa.float64())})
+    key_null = np.asarray([k is None for k in keys], dtype=bool)
+    range_null = np.asarray([v is None for v in los], dtype=bool)
+    return pa.table({key: arrays.int32([0 if k is None else k for k in keys], key_null),
+                     "audited": arrays.boolean(audited), "n": arrays.int64(counts), "n_true": arrays.int64(trues),
+                     "lo": arrays.float64([np.nan if v is None else v for v in los], range_null),
+                     "hi": arrays.float64([np.nan if v is None else v for v in his], range_null)})
