@@ -167,24 +167,27 @@ class Selection:
     special: Special
 
 
+_STATE = "coalesce(CAST(y AS UTINYINT), CAST(2 AS UTINYINT))"  # the claim's state: false 0, true 1, no value 2
+
+
 class _Source:
-    """SQL over one numeric column ``x`` (DOUBLE) and a claim value ``y`` (BOOLEAN, NULL = no value); ``code``
-    the bucket of ``x`` (an expression, or the column ``c`` of a materialised copy)."""
+    """Rows of ``c`` (the bucket code of ``x``), ``s`` (the claim's state: 0 false, 1 true, 2 no value) and
+    ``x`` (DOUBLE): a subquery, or a materialised copy (``native``: DuckDB's own statistics on ``c``, ``s``).
+
+    Grouping by (code, state) with count, min and max counts trues and claim values without a filtered or
+    conditional aggregate, and makes every bucket's range the range of the values that have a claim."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, sql: str, code: str, *, native: bool = False) -> None:
         self.con, self.sql, self.code, self.native = con, sql, code, native
 
     def histogram(self, where: str = "TRUE", code: str | None = None, part: str | None = None) -> dict[str, np.ndarray]:
-        keys = (f"{part} AS p, " if part else "") + f"{code or self.code} AS c"
-        sql = f"""SELECT {keys}, count(*) AS n, count(x) AS nx, count(y) AS ny,
-                       CAST(coalesce(count_if(y), 0) AS BIGINT) AS nt, min(x) FILTER (WHERE y IS NOT NULL) AS lo,
-                       max(x) FILTER (WHERE y IS NOT NULL) AS hi
-                FROM ({self.sql}) WHERE {where} GROUP BY ALL"""
+        keys = (f"{part} AS p, " if part else "") + f"{code or self.code} AS c, s"
+        sql = f"SELECT {keys}, count(*) AS n, min(x) AS lo, max(x) AS hi FROM ({self.sql}) WHERE {where} GROUP BY ALL"
         if not (self.native and code is None and part is None):
             return self.con.execute(sql).fetchnumpy()
         # Over the materialised copy the bucket code is a stored column with exact statistics (DuckDB's own,
         # written with the rows; not Parquet's, which leave NaN out): with statistics propagation on for
-        # this one statement, DuckDB groups by it in a perfect hash table (an array indexed by the code).
+        # this one statement, DuckDB groups by (code, state) in a perfect hash table (an array).
         current = self.con.execute("SELECT current_setting('disabled_optimizers'), "
                                    "current_setting('perfect_ht_threshold')").fetchall()[0]
         try:
@@ -194,10 +197,27 @@ class _Source:
             self.con.execute(f"SET disabled_optimizers = '{current[0]}'; SET perfect_ht_threshold = {int(current[1])}")
 
     def values(self, where: str) -> dict[str, np.ndarray]:
-        return self.con.execute(
-            f"SELECT x, count(*) AS n, count(y) AS ny, CAST(coalesce(count_if(y), 0) AS BIGINT) AS nt "
-            f"FROM ({self.sql}) WHERE {where} GROUP BY x"
-        ).fetchnumpy()
+        """(x, s, u, n) of the matching rows, one per distinct value, state and ``u``: no bucket code."""
+        return self.con.execute(f"SELECT x, s, {self.code} IS NULL AS u, count(*) AS n FROM ({self.sql}) "
+                                f"WHERE {where} GROUP BY ALL").fetchnumpy()
+
+
+def _per_key(key: np.ndarray, state: np.ndarray, n: np.ndarray, lo: np.ndarray, hi: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(key, rows, rows with a claim value, trues, lo, hi) per distinct key from (key, state) groups; lo / hi
+    over the groups with a claim value (NaN where there is none)."""
+    keys, inv = np.unique(key, return_inverse=True)
+    m = len(keys)
+    pop = state < 2
+    rows = np.bincount(inv, weights=n, minlength=m).astype(np.int64)
+    with_claim = np.bincount(inv[pop], weights=n[pop], minlength=m).astype(np.int64)
+    trues = np.bincount(inv[state == 1], weights=n[state == 1], minlength=m).astype(np.int64)
+    low, high = np.full(m, np.inf), np.full(m, -np.inf)
+    np.minimum.at(low, inv[pop], lo[pop])
+    np.maximum.at(high, inv[pop], hi[pop])
+    none = with_claim == 0
+    low[none], high[none] = np.nan, np.nan
+    return keys, rows, with_claim, trues, low, high
 
 
 _PERFECT_BITS = 16         # the histogram's perfect hash table: up to 2^16 codes (4097 and NULL need 13 bits)
@@ -277,11 +297,11 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float], 
     the pieces can be binned without looking at the rows again. When it fits (:func:`_materialise`), the
     source is read once into a temp table of (code, x, y) that the passes then scan.
     """
-    code = _code_sql(hint.lo, hint.hi, BUCKETS)
+    rows = f"SELECT {_code_sql(hint.lo, hint.hi, BUCKETS)} AS c, {_STATE} AS s, x FROM ({source_sql})"
     if not _materialise(con, hint.rows):
-        return _select(_Source(con, source_sql, code), probs, resolve_bins)
+        return _select(_Source(con, rows, "c"), probs, resolve_bins)
     table = f"_dcaudit_qsel_{next(_counter)}"
-    con.execute(f"CREATE TEMP TABLE {table} AS SELECT {code} AS c, x, y FROM ({source_sql})")
+    con.execute(f"CREATE TEMP TABLE {table} AS {rows}")
     try:
         return _select(_Source(con, f"SELECT * FROM {table}", "c", native=True), probs, resolve_bins)
     finally:
@@ -291,40 +311,45 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float], 
 def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
     first = src.histogram()
     coded = _valid(first, "c")
-    n_all, nx, ny, nt = (_np(first, k) for k in ("n", "nx", "ny", "nt"))
+    state, n_rows = _np(first, "s"), _np(first, "n")
+    lo_rows, hi_rows = _np(first, "lo", float), _np(first, "hi", float)
+    codes, n_all, ny, nt, lo, hi = _per_key(_np(first, "c")[coded], state[coded], n_rows[coded], lo_rows[coded],
+                                            hi_rows[coded])
     special = Special()
-    special.finite_without_claim = int((n_all - ny)[coded].sum())
-    has = coded & (ny > 0)
-    pieces = Pieces(_np(first, "lo", float)[has], _np(first, "hi", float)[has], ny[has], nt[has],
-                    np.zeros(int(has.sum()), dtype=bool), _np(first, "c")[has])
+    special.finite_without_claim = int((n_all - ny).sum())
+    has = ny > 0
+    pieces = Pieces(lo[has], hi[has], ny[has], nt[has], np.zeros(int(has.sum()), dtype=bool), codes[has])
     pieces.exact = pieces.lo == pieces.hi
     pieces = pieces.sorted()
     uncoded_pending = False
     if (~coded).any():
-        i = int(np.flatnonzero(~coded)[0])
-        if nx[i] == 0:  # only NULL evidence among the rows without a code
-            special.rows["null"], special.with_claim["null"], special.trues["null"] = int(n_all[i]), int(ny[i]), int(nt[i])
+        unc = ~coded
+        if not _valid(first, "lo")[unc].any():  # only NULL evidence among the rows without a code
+            special.rows["null"] = int(n_rows[unc].sum())
+            special.with_claim["null"] = int(n_rows[unc & (state < 2)].sum())
+            special.trues["null"] = int(n_rows[unc & (state == 1)].sum())
         else:  # NaN, ±inf (or values beyond the bounds): listed by the first exact pass
             uncoded_pending = True
 
-    def add_values(table: dict[str, np.ndarray], requested: Pieces, uncoded: bool) -> Pieces:
-        valid = _valid(table, "x")
-        xv = _np(table, "x", float)
-        n_, ny_, nt_ = _np(table, "n"), _np(table, "ny"), _np(table, "nt")
+    def add_values(table: dict[str, np.ndarray], uncoded: bool) -> Pieces:
+        """Pieces of one value each from an exact pass. Rows with a code belong to the requested pieces (their
+        rows without a claim value were counted by the histogram pass); rows without one are NULL, NaN, ±inf
+        or — when the bounds were too narrow — finite values beyond them, which become pieces of their own."""
+        valid_rows = _valid(table, "x")
+        x_rows, s_rows, n_rows_ = _np(table, "x", float), _np(table, "s"), _np(table, "n")
+        no_code = _np(table, "u", bool)
         if uncoded:
-            for key, mask in (("null", ~valid), ("nan", valid & np.isnan(xv)), ("pinf", valid & (xv == np.inf)),
-                              ("ninf", valid & (xv == -np.inf))):
-                special.rows[key] += int(n_[mask].sum())
-                special.with_claim[key] += int(ny_[mask].sum())
-                special.trues[key] += int(nt_[mask].sum())
-        finite = valid & np.isfinite(xv)
-        inside = np.zeros(len(xv), dtype=bool)
-        for a, b in zip(requested.lo, requested.hi, strict=True):
-            inside |= (xv >= a) & (xv <= b)
-        beyond = finite & ~inside  # finite values without a code (bounds were too narrow): new pieces
-        if uncoded:
-            special.finite_without_claim += int((n_ - ny_)[beyond].sum())
-        keep = finite & (ny_ > 0) & (inside | (beyond if uncoded else False))
+            for key, mask in (("null", ~valid_rows), ("nan", valid_rows & np.isnan(x_rows)),
+                              ("pinf", valid_rows & (x_rows == np.inf)), ("ninf", valid_rows & (x_rows == -np.inf))):
+                special.rows[key] += int(n_rows_[mask].sum())
+                special.with_claim[key] += int(n_rows_[mask & (s_rows < 2)].sum())
+                special.trues[key] += int(n_rows_[mask & (s_rows == 1)].sum())
+            beyond = valid_rows & np.isfinite(x_rows) & no_code
+            special.finite_without_claim += int(n_rows_[beyond & (s_rows == 2)].sum())
+        finite_rows = valid_rows & np.isfinite(x_rows)
+        xv, _, ny_, nt_, _, _ = _per_key(x_rows[finite_rows], s_rows[finite_rows], n_rows_[finite_rows],
+                                         x_rows[finite_rows], x_rows[finite_rows])
+        keep = ny_ > 0
         return Pieces(xv[keep], xv[keep].copy(), ny_[keep], nt_[keep], np.ones(int(keep.sum()), dtype=bool))
 
     def chosen_sql(chosen: Pieces) -> list[str]:
@@ -337,9 +362,8 @@ def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
                         zip(chosen.lo[~first_level], chosen.hi[~first_level], strict=True)]
 
     def listing(mask: np.ndarray, with_uncoded: bool) -> Pieces:
-        chosen = pieces.take(mask)
-        parts = chosen_sql(chosen) + ([f"({src.code}) IS NULL"] if with_uncoded else [])
-        return add_values(src.values(" OR ".join(parts)), chosen, with_uncoded)
+        parts = chosen_sql(pieces.take(mask)) + ([f"({src.code}) IS NULL"] if with_uncoded else [])
+        return add_values(src.values(" OR ".join(parts)), with_uncoded)
 
     def refine(mask: np.ndarray) -> Pieces:
         """Split the chosen pieces by a histogram pass over each one's own range (one scan for all)."""
@@ -348,9 +372,11 @@ def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
         part = "CASE " + " ".join(f"WHEN {r} THEN {j}" for j, r in enumerate(inside)) + " END"
         code = "CASE " + " ".join(f"WHEN {r} THEN {_code_sql(pieces.lo[i], pieces.hi[i], BUCKETS)}"
                                   for r, i in zip(inside, idx, strict=True)) + " END"
-        sub = src.histogram(where=f"y IS NOT NULL AND ({' OR '.join(inside)})", code=code, part=part)
-        out = Pieces(_np(sub, "lo", float), _np(sub, "hi", float), _np(sub, "ny"), _np(sub, "nt"),
-                     np.zeros(len(sub["ny"]), dtype=bool))
+        sub = src.histogram(where=f"s < 2 AND ({' OR '.join(inside)})", code=code, part=part)
+        key = _np(sub, "p") * (BUCKETS + 3) + _np(sub, "c")  # sub-codes lie in 0 .. BUCKETS (+1 by rounding)
+        _, _, ny_, nt_, lo_, hi_ = _per_key(key, _np(sub, "s"), _np(sub, "n"), _np(sub, "lo", float),
+                                            _np(sub, "hi", float))
+        out = Pieces(lo_, hi_, ny_, nt_, np.zeros(len(ny_), dtype=bool))
         out.exact = out.lo == out.hi
         return out
 

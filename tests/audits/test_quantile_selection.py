@@ -44,13 +44,18 @@ def _con(x: list[float | None], y: list[int | None] | None = None) -> duckdb.Duc
     return con
 
 
-@pytest.fixture(params=[False, True], ids=["one-pass-buckets", "tiny-buckets"])
+@pytest.fixture(params=[(False, True), (True, True), (False, False), (True, False)],
+                ids=["buckets", "tiny-buckets", "buckets-direct", "tiny-buckets-direct"])
 def small_buckets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """With 4 buckets and 3 values per exact pass, every refinement and listing path is exercised."""
-    if request.param:
+    """With 4 buckets and 3 values per exact pass, every refinement and listing path is exercised; "direct"
+    passes scan the source itself instead of a materialised copy (the path for inputs beyond memory)."""
+    tiny, copy = request.param
+    if tiny:
         monkeypatch.setattr(quantiles, "BUCKETS", 4)
         monkeypatch.setattr(quantiles, "EXACT_ROWS", 3)
-    return request.param
+    if not copy:
+        monkeypatch.setattr(quantiles, "_materialise", lambda con, rows: False)
+    return tiny
 
 
 def test_interpolation_is_this_duckdbs() -> None:
@@ -94,7 +99,7 @@ def _audit(con: duckdb.DuckDBPyConnection, rule: str, missing: str, claim: str =
     return res.summary, res.fibers, res.candidates
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(x=VALUES, data=st.data(), k=st.integers(2, 12), missing=st.sampled_from(["drop", "as-value"]),
        tiny=st.booleans())
 def test_one_scan_quantile_fibers_are_the_sql_binnings(x: list[float | None], data: st.DataObject, k: int,
@@ -105,6 +110,7 @@ def test_one_scan_quantile_fibers_are_the_sql_binnings(x: list[float | None], da
         if tiny:
             mp.setattr(quantiles, "BUCKETS", 2)
             mp.setattr(quantiles, "EXACT_ROWS", 2)
+            mp.setattr(quantiles, "_materialise", lambda con, rows: len(x) % 2 == 0)  # both kinds of pass
         fused = _audit(con, f"quantile:{k}", missing)
     with pytest.MonkeyPatch.context() as mp:  # the cuts by quantile_cont, the bins by SQL (the former path)
         mp.setattr(ev_mod.quantiles, "interpolation_matches", lambda con: False)
