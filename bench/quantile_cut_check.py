@@ -86,8 +86,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="1e7")
     parser.add_argument("--bins", type=int, default=20)
+    parser.add_argument("--json", action="store_true", help="print only the verdict, as one JSON line")
     args = parser.parse_args()
-    out = check(int(float(args.size)), args.bins)
+    out = check(int(float(args.size)), args.bins, verbose=not args.json)
+    if args.json:
+        import json
+
+        print(json.dumps(out))
+        return
     if not out["cuts_equal_quantile_cont"]:
         raise SystemExit("dcaudit's cut points differ from quantile_cont's")
     if out["candidates_dcaudit_bins_wrong"]:

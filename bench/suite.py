@@ -339,10 +339,10 @@ def main() -> None:
                 engines.append("spark")
             results = {e: measure(bench, e, path, args) for e in engines}
             if bench.startswith("fiber_audit:quantile") and "pandas" in results:
-                # which engine bins the candidates at a cut correctly (exact rational arithmetic; untimed)
-                from quantile_cut_check import check
-
-                results["duckdb"]["checks"]["cut_check"] = check(n, int(bench.rsplit(":", 1)[1]), verbose=False)
+                # which engine bins the candidates at a cut correctly (exact rational arithmetic; untimed, in
+                # a child process: workers are forked from this one, and a large parent would raise their
+                # peak RSS, which Linux carries across exec)
+                results["duckdb"]["checks"]["cut_check"] = _cut_check(n, int(bench.rsplit(":", 1)[1]))
             base = results.get("pandas")
             for engine, r in results.items():
                 ratio = base["seconds"] / r["seconds"] if base and engine != "pandas" else None
@@ -359,6 +359,14 @@ def main() -> None:
     _side_by_side(rows)
     if not args.no_record:
         print(f"appended {len(rows)} rows to {append_results(rows)}")
+
+
+def _cut_check(n: int, k: int) -> dict:
+    out = subprocess.run([sys.executable, str(HERE / "quantile_cut_check.py"), "--size", str(n), "--bins", str(k),
+                          "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"quantile_cut_check failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _side_by_side(rows: list[dict]) -> None:
