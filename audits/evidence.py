@@ -17,10 +17,12 @@ a value of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import duckdb
 
+from dcaudit.audits import quantiles
 from dcaudit.claims import DUCKDB, Claim, SqlDialect, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, EvidenceSQL, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
@@ -37,13 +39,38 @@ NAN_CODE_OFFSET, POS_INF_OFFSET, NEG_INF_OFFSET = 1, 2, 3
 _WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF = -(2**63) + 1, 2**63 - 1, -(2**63) + 2
 
 
-def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
-                  where: str = "TRUE") -> dict[str, list[float]]:
-    """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
-    (ties never straddle a cut). NaN and ±inf never move a cut. One scan for all columns."""
+def _check_bins(k: int) -> None:
     if k > MAX_QUANTILE_BINS:
         raise SpecError(f"fiber rule quantile:{k} asks for more than {MAX_QUANTILE_BINS} bins; a fiber rule "
                         "needs far fewer bins than candidates (e.g. quantile:20)")
+
+
+def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
+                  where: str = "TRUE") -> dict[str, list[float]]:
+    """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
+    (ties never straddle a cut). NaN and ±inf never move a cut.
+
+    The cut points are ``quantile_cont``'s at ``i / k`` (linear interpolation between the order statistics
+    at floor and ceil of ``(n − 1) q``), found by selection rather than a sort: a histogram pass and an
+    exact pass over the few buckets holding a wanted rank (:mod:`dcaudit.audits.quantiles`).
+    """
+    _check_bins(k)
+    if not quantiles.interpolation_matches(con):  # a DuckDB that interpolates differently: ask it
+        return quantile_cuts_cont(con, relation, columns, k, where)
+    probs = quantiles.probabilities(k)
+    out: dict[str, list[float]] = {}
+    for column in columns:
+        x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+        src = f"SELECT {x} AS x, TRUE AS y FROM {relation} WHERE {where}"
+        out[column] = quantiles.select(con, src, probs, quantiles.bounds(con, x, relation), resolve_bins=False).cuts
+    return out
+
+
+def quantile_cuts_cont(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
+                       where: str = "TRUE") -> dict[str, list[float]]:
+    """:func:`quantile_cuts` by DuckDB's ``quantile_cont`` (one scan, a partial sort per column): the
+    definition the selection reproduces, and its fallback."""
+    _check_bins(k)
     probs = ", ".join(f"{i / k!r}" for i in range(1, k))
     aggs = []
     for column in columns:
@@ -87,7 +114,8 @@ def _search_sql(col: str, cuts: list[float], lo: int, hi: int, dialect: SqlDiale
 
 
 def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
-                    claim: Claim, available: list[str], *, engine: Engine | None = None) -> EvidenceSQL:
+                    claim: Claim, available: list[str], *, types: Mapping[str, str] | None = None,
+                    engine: Engine | None = None) -> EvidenceSQL:
     """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
 
     ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
@@ -102,7 +130,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     shown = [c for c in available if c != ROW]
     check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
     check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
-    types = column_types(con, relation)
+    types = dict(types) if types is not None else column_types(con, relation)  # the caller may know them
     guard_nan(con, types, (*emap.columns, *claim.columns))
     if emap.rule.kind in {"quantile", "width"}:
         for col in emap.columns:
@@ -115,13 +143,25 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)
     finite = " AND ".join(d.is_finite(q(c)) for c in floats) or "TRUE"
     cuts: dict[str, list[float]] = {}
+    keys = tuple(f"k{i}" for i in range(len(emap.columns)))
+    groups = None
     if emap.rule.kind == "quantile":
         # Cuts are taken over the candidates that enter the audit, as the bins are meant to be equal-count.
-        where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
         k = int(emap.rule.param or 0)
-        cuts = (engine.quantile_cuts(source, emap.columns, k, where) if engine is not None
-                else quantile_cuts(con, relation, emap.columns, k, where))
-    keys = tuple(f"k{i}" for i in range(len(emap.columns)))
+        _check_bins(k)
+        on_duckdb = engine is None or engine.name == "duckdb"
+        if on_duckdb and len(emap.columns) == 1 and quantiles.interpolation_matches(con):
+            # one column: the passes that select the cut points group the candidates into bins as well
+            (column,) = emap.columns
+            x = f"CAST({q(column)} AS DOUBLE)"
+            sel = quantiles.select(con, f"SELECT {x} AS x, CAST({y_sql} AS BOOLEAN) AS y FROM {relation}",
+                                   quantiles.probabilities(k), quantiles.bounds(con, x, relation), resolve_bins=True)
+            cuts = {column: sel.cuts}
+            groups = quantiles.fiber_groups(sel, emap.missing, keys[0])
+        else:
+            where = f"({y_sql}) IS NOT NULL" + (f" AND {complete} AND {finite}" if emap.missing == "drop" else "")
+            cuts = (engine.quantile_cuts(source, emap.columns, k, where) if engine is not None
+                    else quantile_cuts(con, relation, emap.columns, k, where))
     parts = [f"{bin_sql(c, emap.rule, cuts.get(c), d)} AS {k}" for c, k in zip(emap.columns, keys, strict=True)]
     reasons = []
     if emap.missing == "drop":
@@ -140,5 +180,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
         f"CASE {' '.join(reasons)} END AS reason "
         f"FROM {source}"
     )
+    key_types = tuple(types.get(c, "") if emap.rule.kind == "exact" else ("INTEGER" if emap.rule.kind == "quantile"
+                                                                            else "BIGINT") for c in emap.columns)
     return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, evidence=emap, claim=claim, relation=relation,
-                       claim_sql=y_sql, label=label_of(relation))
+                       claim_sql=y_sql, label=label_of(relation), key_types=key_types, groups=groups)

@@ -15,16 +15,19 @@ over the audited candidates, so certified + ambiguous + unsupported fractions su
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
+from dcaudit.audits import arrays
 from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import SpecError
-from dcaudit.inputs import column_types
+from dcaudit.inputs import column_types, statistics_off
 from dcaudit.stage import FiberAudit
 from dcaudit.storage import constant_strings
 
@@ -97,7 +100,7 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
     of the source columns, which DuckDB answers from Parquet statistics (width bins are monotone in
     their column, so the bins of min and max bound them).
     """
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
+    types = _key_types(con, ev_t, ev)
     if not all(str(types[k]).upper() in _INTEGER_TYPES for k in ev.key_columns):
         return None
     ranges: list[tuple[int, int] | None] = []
@@ -144,6 +147,13 @@ def _key_ranges(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL, evid
     return ranges  # type: ignore[return-value]
 
 
+def _key_types(con: duckdb.DuckDBPyConnection, ev_t: str, ev: EvidenceSQL) -> dict[str, str]:
+    """DuckDB type of every key column: known from the relation's types (evidence_select), else asked."""
+    if ev.key_types and all(ev.key_types):
+        return dict(zip(ev.key_columns, ev.key_types, strict=True))
+    return dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
+
+
 def _never_excluded(con: duckdb.DuckDBPyConnection, relation: str, evidence: EvidenceMap,
                     claim: Claim | None) -> bool:
     """True when no candidate can be excluded: no NULL in the evidence or claim columns, and a claim
@@ -178,14 +188,28 @@ def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Ev
                    evidence: EvidenceMap, relation: str, claim: Claim | None = None) -> None:
     """One grouping scan of the evidence view into ``grp_t`` (key parts, audited, n, n_true, lo, hi).
 
-    When every key part is a small integer, the parts are packed into one BIGINT (mixed radix, 0 for
-    NULL) and grouped on that: hashing one integer instead of several columns is ~35 % faster on
-    8 binary columns; the parts are unpacked from the few grouped rows afterwards.
+    When every key part is a small integer:
+
+    * a one-column quantile rule has been grouped already, by the passes that selected its cut points
+      (``ev.groups``, :mod:`dcaudit.audits.quantiles`): no further scan;
+    * exact keys are grouped on the key columns themselves with the claim's value and non-NULL counts as
+      aggregates, so DuckDB can use its perfect hash aggregate (an array indexed by the key values, sized
+      from the columns' statistics; ~30 % faster than hashing a packed key on 8 binary columns) and no
+      exclusion reason is evaluated per row: a row is excluded when a key part is NULL (``drop``) or the
+      claim is;
+    * other keys (width bins) are packed into one BIGINT (mixed radix, 0 for NULL) and grouped on that,
+      the parts unpacked from the few grouped rows afterwards.
     """
     keys = ", ".join(ev.key_columns)
     # x0 (the observed range of a bin) is NULL under exact fibers: aggregating it would cost ~20 %.
     lohi = ("NULL::DOUBLE AS lo, NULL::DOUBLE AS hi" if evidence.rule.kind == "exact"
             else "min(x0) AS lo, max(x0) AS hi")
+    if evidence.rule.kind == "exact" and statistics_off(con) and all(
+            str(t).upper() in _INTEGER_TYPES for t in _key_types(con, ev_t, ev).values()):
+        # a float claim column switched statistics off: no min/max from statistics (probing the key ranges
+        # would scan) and no perfect hash aggregate; grouping on the key columns is still the fastest way
+        _group_exact(con, ev_t, grp_t, ev, evidence, None)
+        return
     ranges = _key_ranges(con, ev_t, ev, evidence, relation)
     if ranges is None:
         con.execute(
@@ -194,7 +218,18 @@ def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Ev
             FROM {ev_t} GROUP BY ALL"""
         )
         return
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {ev_t})").fetchall())
+    if ev.groups is not None and evidence.rule.kind == "quantile":
+        name = f"_arrow_{grp_t}"
+        con.register(name, ev.groups)
+        try:
+            con.execute(f"CREATE TEMP TABLE {grp_t} AS SELECT * FROM {name}")
+        finally:
+            con.unregister(name)
+        return
+    if evidence.rule.kind == "exact":
+        _group_exact(con, ev_t, grp_t, ev, evidence, ranges)
+        return
+    types = _key_types(con, ev_t, ev)
     terms, radix = packed_terms(ev.key_columns, ranges)
     unpack, r = [], 1
     for k, (lo, hi) in zip(ev.key_columns, ranges, strict=True):
@@ -213,56 +248,127 @@ def group_evidence(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Ev
     )
 
 
+_PERFECT_BITS = 20  # largest perfect hash table asked for: 2^20 groups (DuckDB's default stops at 2^12)
+_DEFAULT_PERFECT_BITS = 12  # DuckDB's perfect_ht_threshold (engine.connect leaves it alone; RESET restores it)
+
+
+def _group_exact(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: EvidenceSQL, evidence: EvidenceMap,
+                 ranges: list[tuple[int, int]] | None) -> None:
+    """Exact small-integer keys grouped on the key columns: count(*), count(y) and count_if(y) per key.
+
+    A row is audited when its claim has a value and (``missing = "drop"``) no key part is NULL; that is all
+    the exclusion reason decides for integer keys (NaN and ±inf exclusions concern float evidence). The
+    perfect hash threshold is raised for this statement to the bits the key ranges need (at most
+    ``_PERFECT_BITS``), and put back afterwards.
+    """
+    keys = ", ".join(ev.key_columns)
+    complete = (" AND ".join(f"{k} IS NOT NULL" for k in ev.key_columns) if evidence.missing == "drop" else "TRUE")
+    nulls = ", ".join("NULL" for _ in ev.key_columns)
+    sql = f"""CREATE TEMP TABLE {grp_t} AS
+        WITH g AS (SELECT {keys}, count(*) AS n_all, count(y) AS n_y, coalesce(count_if(y), 0) AS n_t FROM {ev_t} GROUP BY ALL)
+        SELECT {keys}, TRUE AS audited, n_y AS n, CAST(n_t AS BIGINT) AS n_true, NULL::DOUBLE AS lo,
+               NULL::DOUBLE AS hi
+        FROM g WHERE {complete} AND n_y > 0
+        UNION ALL
+        SELECT {nulls}, FALSE, sum(CASE WHEN {complete} THEN n_all - n_y ELSE n_all END), 0, NULL, NULL
+        FROM g HAVING sum(CASE WHEN {complete} THEN n_all - n_y ELSE n_all END) > 0"""
+    bits = sum(max(1, (hi - lo + 1).bit_length()) for lo, hi in ranges) if ranges else _PERFECT_BITS + 1
+    if bits <= _PERFECT_BITS:  # (values and NULL per key part)
+        try:
+            con.execute(f"SET perfect_ht_threshold = {max(bits, _DEFAULT_PERFECT_BITS)}; {sql}")
+        finally:
+            con.execute("RESET perfect_ht_threshold")
+    else:
+        con.execute(sql)
+
+
 def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: tuple[str, ...], *,
                      evidence: EvidenceMap, claim: Claim, min_support: int, labels: AuditLabels,
-                     fibers_table: str) -> tuple[pa.Table, pa.Table]:
+                     fibers_table: str, key_types: Mapping[str, str] | None = None) -> tuple[pa.Table, pa.Table]:
     """Summary and fibers tables from grouped evidence (key parts, audited, n, n_true, lo, hi).
 
     ``groups`` may come from DuckDB (:func:`group_evidence`) or from another engine (the Spark
     engine groups on a cluster and hands the few grouped rows over as Arrow); ``fibers_table`` is
     created as a temp table (fiber_key and status per key), left for the caller to join and drop.
+    ``key_types`` (DuckDB type per key column) saves asking for them when the caller knows them.
     """
     keys = ", ".join(key_columns)
-    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {groups})").fetchall())
+    types = (dict(key_types) if key_types and all(key_types.get(k) for k in key_columns) else
+             dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {groups})").fetchall()))
     # concat_ws is one flat call: a chain of || would nest once per column (thousands of evidence columns)
     key_str = "concat_ws(',', " + ", ".join(readable_sql(k, str(types.get(k, ""))) for k in key_columns) + ")"
     fib_t = fibers_table
     grp_t = groups
-    con.execute(
+    head = _head(labels, claim, evidence)
+    # The fibers table, and the fibers with the excluded count, in one script (one round trip); the
+    # summary is a handful of sums over the fibers, taken from them here (planning the summary's SQL
+    # took longer than a 1e6-candidate grouping scan's tenth).
+    fibers = con.sql(
         f"""CREATE TEMP TABLE {fib_t} AS
         SELECT {keys}, n, n_true, lo, hi,
                CAST(row_number() OVER (ORDER BY {keys} NULLS LAST) - 1 AS BIGINT) AS fiber_key,
                {status_sql('n', 'n_true', min_support)} AS status
-        FROM {grp_t} WHERE audited"""
-    )
-    head = _head(labels, claim, evidence)
-    summary = con.sql(
-        f"""WITH f AS (SELECT * FROM {fib_t}),
-        ex AS (SELECT coalesce(sum(n), 0) AS n_excluded FROM {grp_t} WHERE NOT audited),
-        a AS (SELECT
-            coalesce(sum(n), 0) AS n_candidates,
-            count(*) AS n_fibers,
-            coalesce(count_if(status = 'ambiguous'), 0) AS n_mixed_fibers,
-            coalesce(count_if(status = 'unsupported'), 0) AS n_unsupported_fibers,
-            coalesce(sum(n) FILTER (WHERE status = 'certified_true'), 0) AS certified_true,
-            coalesce(sum(n) FILTER (WHERE status = 'certified_false'), 0) AS certified_false,
-            coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS ambiguous,
-            coalesce(sum(n) FILTER (WHERE status = 'unsupported'), 0) AS unsupported,
-            coalesce(sum(n_true), 0) AS n_true,
-            -- every candidate gets its fiber's majority action: the minority is decided wrongly
-            coalesce(sum(least(n_true, n - n_true)), 0) AS benchmark_only_errors,
-            median(n) AS median_fiber_size
-          FROM f)
-        SELECT {head}, {int(min_support)}::BIGINT AS min_support,
-            {summary_columns_sql("ex.n_excluded")}
-        FROM a, ex"""
+        FROM {grp_t} WHERE audited;
+        SELECT {head}, fiber_key, {key_str} AS evidence_key, lo AS evidence_lo, hi AS evidence_hi,
+               CAST(n AS BIGINT) AS n, n_true, status,
+               CAST(list_position({list(_STATUSES)!r}, status) - 1 AS INTEGER) AS _status,
+               (SELECT CAST(coalesce(sum(n), 0) AS BIGINT) FROM {grp_t} WHERE NOT audited) AS _n_excluded
+        FROM {fib_t} ORDER BY fiber_key"""
     ).to_arrow_table()
-    fibers = con.sql(
-        f"""SELECT {head}, fiber_key, {key_str} AS evidence_key, lo AS evidence_lo, hi AS evidence_hi,
-                   CAST(n AS BIGINT) AS n, n_true, status
-            FROM {fib_t} ORDER BY fiber_key"""
-    ).to_arrow_table()
-    return summary, fibers
+    if fibers.num_rows:
+        n_excluded = int(arrays.values(fibers["_n_excluded"], np.int64)[0])
+    else:
+        n_excluded = int(con.execute(f"SELECT coalesce(sum(n), 0) FROM {grp_t} WHERE NOT audited").fetchall()[0][0])
+    status = arrays.values(fibers["_status"], np.int64)
+    fibers = fibers.drop_columns(["_status", "_n_excluded"])
+    return summary_table(fibers, n_excluded, labels=labels, claim=claim, evidence=evidence,
+                         min_support=min_support, status=status), fibers
+
+
+_STATUSES = ("certified_true", "certified_false", "ambiguous", "unsupported")  # the values of status_sql
+
+
+def summary_table(fibers: pa.Table, n_excluded: int, *, labels: AuditLabels, claim: Claim, evidence: EvidenceMap,
+                  min_support: int, status: np.ndarray | None = None) -> pa.Table:
+    """The summary row (docs/package.md; the columns of :func:`summary_columns_sql`) from a fibers table.
+
+    Counts are integer sums; fractions are one division of two integers (as DuckDB's ``/`` computes them,
+    NULL over nothing); the median fiber size is the middle size, or the mean of the two middle sizes
+    (DuckDB's ``median``: exact for sizes below 2^52). ``status``: each fiber's index in ``_STATUSES`` when
+    the caller has it. Built from buffers (:mod:`dcaudit.audits.arrays`): no pandas import.
+    """
+    n = arrays.values(fibers["n"], np.int64)
+    t = arrays.values(fibers["n_true"], np.int64)
+    if status is None:
+        names = fibers["status"].to_pylist()
+        status = np.asarray([_STATUSES.index(v) for v in names], dtype=np.int64)
+    cert_true, cert_false, ambiguous, unsupported = (status == i for i in range(len(_STATUSES)))
+    n_candidates, n_fibers = int(n.sum()), len(n)
+    errors = int(np.minimum(t, n - t).sum())
+
+    def per(x: int, y: int) -> float:
+        return x / y if y else np.nan
+
+    ints = {"n_candidates": n_candidates, "n_excluded": int(n_excluded), "n_fibers": n_fibers,
+            "n_mixed_fibers": int(ambiguous.sum()), "n_unsupported_fibers": int(unsupported.sum()),
+            "certified_true": int(n[cert_true].sum()), "certified_false": int(n[cert_false].sum()),
+            "ambiguous": int(n[ambiguous].sum()), "unsupported": int(n[unsupported].sum())}
+    floats = {"certified_fraction": per(ints["certified_true"] + ints["certified_false"], n_candidates),
+              "ambiguous_fraction": per(ints["ambiguous"], n_candidates),
+              "unsupported_fraction": per(ints["unsupported"], n_candidates),
+              "mixed_fiber_fraction": per(ints["n_mixed_fibers"], n_fibers),
+              "prevalence": per(int(t.sum()), n_candidates)}
+    columns: dict[str, pa.Array] = {
+        name: arrays.strings([value]) for name, value in (
+            ("source", labels.source), ("audit_id", labels.audit_id), ("claim", claim.text),
+            ("evidence", evidence.label), ("fiber_rule", str(evidence.rule)), ("model", labels.model))}
+    columns["min_support"] = arrays.int64([int(min_support)])
+    columns |= {name: arrays.int64([value]) for name, value in ints.items()}
+    columns |= {name: arrays.float64_nan_null([value]) for name, value in floats.items()}
+    columns["benchmark_only_errors"] = arrays.int64([errors])
+    columns["benchmark_only_risk"] = arrays.float64_nan_null([per(errors, n_candidates)])
+    columns["median_fiber_size"] = arrays.float64_nan_null([float(np.median(n)) if n_fibers else np.nan])
+    return pa.table(columns)
 
 
 # The candidates table after the engine's join: every candidate's fiber and status (docs/package.md).
@@ -313,16 +419,20 @@ def audit_fibers(
         engine = DuckDBEngine(con)
     elif engine.con is not con:
         raise ValueError("the engine must finish its passes on the connection that holds the relation")
-    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, available, engine=engine)
+    types = column_types(con, relation)  # one DESCRIBE: evidence_select and the grouping reuse the types
+    ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, list(types), types=types,
+                                      engine=engine)
     tag = next(_counter)
     grp_t, fib_t = f"_grp_{tag}", f"_fib_{tag}"
     # One grouping pass over the evidence (excluded rows in their own groups); the per-candidate columns
     # (id as text) are only computed when the candidates table is asked for.
     engine.group_counts(ev, grp_t)
+    # the key types are the source's on DuckDB; another engine hands its grouped rows over as Arrow
+    key_types = dict(zip(ev.key_columns, ev.key_types, strict=False)) if engine.name == "duckdb" else None
     try:
         summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
-                                           min_support=min_support, labels=labels, fibers_table=fib_t)
+                                           min_support=min_support, labels=labels, fibers_table=fib_t,
+                                           key_types=key_types)
         candidates = None
         if with_candidates:
             candidates = labelled_candidates(engine.candidates(ev, fib_t), labels, claim, evidence)

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import defaults
-from dcaudit.storage import constant_strings, numpy_array, string_array
+from dcaudit.audits import arrays
 
 BASELINES = tuple(p for p in defaults.REPLAY_POLICIES if p != "certified_only")  # the fixed policies that decide all
 COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)
@@ -115,23 +115,73 @@ def price_decisions(group: np.ndarray, n_groups: int, estimate: np.ndarray, wron
     """(false decisions, measurements) per (price, group) when a unit is acted on iff ``estimate < price``.
 
     ``wrong`` / ``n_test``: per unit, test candidates the action gets wrong / all its test candidates.
+    A unit is acted on at every price above its estimate, so one ``bincount`` over (group, number of
+    grid prices at or below the estimate) and a cumulative sum over the prices give every price at once
+    (counts are whole numbers: the sums are exact in any order). Other weights take one pass per price.
     """
-    false = np.zeros((len(prices), n_groups))
-    measured = np.zeros((len(prices), n_groups))
-    for i, price in enumerate(prices):  # the ~8 prices of the grid
-        act = estimate < price
-        false[i] = np.bincount(group, weights=np.where(act, wrong, 0.0), minlength=n_groups)
-        measured[i] = np.bincount(group, weights=np.where(act, 0.0, n_test), minlength=n_groups)
+    p = np.asarray(prices, dtype=float)
+    wrong = np.asarray(wrong, dtype=float)
+    n_test = np.asarray(n_test, dtype=float)
+    whole = bool(np.all(wrong == np.floor(wrong)) and np.all(n_test == np.floor(n_test)))
+    if not whole:  # pragma: no cover - the replays pass counts
+        false = np.zeros((len(p), n_groups))
+        measured = np.zeros((len(p), n_groups))
+        for i, price in enumerate(p):  # the ~8 prices of the grid
+            act = estimate < price
+            false[i] = np.bincount(group, weights=np.where(act, wrong, 0.0), minlength=n_groups)
+            measured[i] = np.bincount(group, weights=np.where(act, 0.0, n_test), minlength=n_groups)
+        return false, measured
+    order = np.argsort(p, kind="stable")
+    width = len(p) + 1
+    below = np.searchsorted(p[order], estimate, side="right")  # acted on at the sorted prices >= this (NaN: none)
+    cell = np.asarray(group, dtype=np.int64) * width + below
+    w = np.bincount(cell, weights=wrong, minlength=n_groups * width).reshape(n_groups, width)
+    m = np.bincount(cell, weights=n_test, minlength=n_groups * width).reshape(n_groups, width)
+    acted_wrong = np.cumsum(w, axis=1)[:, :-1]                   # (group, sorted price)
+    measured_sorted = m.sum(axis=1)[:, None] - np.cumsum(m, axis=1)[:, :-1]
+    false = np.empty((len(p), n_groups))
+    measured = np.empty((len(p), n_groups))
+    false[order] = acted_wrong.T
+    measured[order] = measured_sorted.T
     return false, measured
+
+
+class BoundCache:
+    """:func:`cp_upper` of (k, n) pairs, each computed once per replay (chunks of seeds repeat most pairs)."""
+
+    def __init__(self, delta: float) -> None:
+        self.delta = delta
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.values = np.zeros(0)
+
+    def __call__(self, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+        k = np.asarray(k, dtype=np.int64)
+        n = np.asarray(n, dtype=np.int64)
+        if not len(k):
+            return np.zeros(0)
+        key = k * (1 << 32) + n  # counts below 2^31 (window counts are 32-bit)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        pos = np.minimum(np.searchsorted(self.keys, uniq), max(len(self.keys) - 1, 0))
+        hit = (pos < len(self.keys)) & (self.keys[pos] == uniq) if len(self.keys) else np.zeros(len(uniq), bool)
+        out = np.empty(len(uniq))
+        out[hit] = self.values[pos[hit]]
+        new = uniq[~hit]
+        if len(new):
+            out[~hit] = cp_upper(new >> 32, new & 0xFFFFFFFF, self.delta)
+            keys = np.concatenate([self.keys, new])
+            order = np.argsort(keys, kind="stable")
+            self.keys, self.values = keys[order], np.concatenate([self.values, out[~hit]])[order]
+        return out[inverse]
 
 
 def price_aware_outcomes(group: np.ndarray, n_groups: int, k_cal: np.ndarray, n_cal: np.ndarray,
                          wrong: np.ndarray, n_test: np.ndarray, prices: tuple[float, ...],
-                         delta: float) -> dict[str, np.ndarray]:
-    """Both price-aware variants for units with ``k_cal`` of ``n_cal`` calibration members contradicting the action."""
+                         delta: float, bounds: BoundCache | None = None) -> dict[str, np.ndarray]:
+    """Both price-aware variants for units with ``k_cal`` of ``n_cal`` calibration members contradicting the action
+    (``bounds``: a cache of Clopper–Pearson bounds shared by the calls of one replay)."""
     p = np.asarray(prices, dtype=float)
     point = jeffreys_mean(k_cal, n_cal)
-    conservative = cp_upper_pairs(k_cal, n_cal, delta)
+    conservative = bounds(k_cal, n_cal) if bounds is not None else cp_upper_pairs(k_cal, n_cal, delta)
     pa_false, pa_meas = price_decisions(group, n_groups, point, wrong, n_test, p)
     pc_false, pc_meas = price_decisions(group, n_groups, conservative, wrong, n_test, p)
     return {"pa_false": pa_false, "pa_measured": pa_meas, "pac_false": pc_false, "pac_measured": pc_meas}
@@ -258,27 +308,26 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     n_seed_rows = n_pol * n_prices * n_groups
     n_sum = n_pol * n_prices * n_gm
     n_rows = n_seed_rows + n_sum
-    # Arrow columns built on numpy buffers (pa.array of Python or numpy values imports pandas, ~0.3 s).
-    table: dict[str, pa.Array] = {k: constant_strings(v, n_rows) if v is not None else pa.nulls(n_rows, pa.string())
+    # columns from buffers (dcaudit.audits.arrays): pa.array would import pandas (~40 MB, ~0.4 s)
+    table: dict[str, pa.Array] = {k: arrays.take_strings([None if v is None else str(v)], np.zeros(n_rows, np.int64))
                                   for k, v in const.items()}
     pol_seed = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_groups)
     pol_sum = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_gm)
-    table["policy"] = string_array(np.concatenate([pol_seed, pol_sum]).tolist())
-    table["price"] = numpy_array(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
-                                                 np.tile(np.repeat(p, n_gm), n_pol)]).astype(float))
-    table["model"] = string_array(np.concatenate([np.tile(model, n_pol * n_prices),
-                                                  np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
-                                                 ).tolist())
+    table["policy"] = arrays.strings(np.concatenate([pol_seed, pol_sum]).tolist())
+    table["price"] = arrays.float64(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
+                                                    np.tile(np.repeat(p, n_gm), n_pol)]))
+    table["model"] = arrays.strings(np.concatenate([np.tile(model, n_pol * n_prices),
+                                                    np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
+                                                   ).tolist())
     seeds = np.tile(np.asarray(ps["seed"], dtype=np.int64), n_pol * n_prices)
-    table["seed"] = numpy_array(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
-                                mask=np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
-    table["n_seeds"] = numpy_array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
-                                                   s_cost["count"].reshape(-1).astype(np.int64)]))
+    table["seed"] = arrays.int64(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
+                                 np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
+    table["n_seeds"] = arrays.int64(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                    s_cost["count"].reshape(-1).astype(np.int64)]))
 
     def num(per_seed: np.ndarray | None, summary: np.ndarray) -> pa.Array:
         head = np.full(n_seed_rows, np.nan) if per_seed is None else seed_rows(per_seed)
-        arr = np.concatenate([head, np.asarray(summary, dtype=float).reshape(-1)])
-        return numpy_array(arr, mask=np.isnan(arr))
+        return arrays.float64_nan_null(np.concatenate([head, np.asarray(summary, dtype=float).reshape(-1)]))
 
     table["n_test"] = num(np.broadcast_to(n_test, (n_pol, n_prices, n_groups)), s["n_test"])
     table["false_decisions"] = num(false, s["false_decisions"])
@@ -291,13 +340,13 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     table["cost_per_candidate_p90"] = num(None, s_cost["p90"])
     table["envelope_cost"] = num(None, np.broadcast_to(envelope, mean_cost.shape))
     cheap = np.concatenate([np.zeros(n_seed_rows, bool), cheapest.reshape(-1)])
-    table["cheapest"] = numpy_array(cheap, mask=np.arange(n_rows) < n_seed_rows)
+    table["cheapest"] = arrays.boolean(cheap, np.arange(n_rows) < n_seed_rows)
     finite = np.isfinite(band_low)
     table["band_low"] = num(None, np.broadcast_to(np.where(finite, band_low, np.nan)[:, None, :], mean_cost.shape))
     table["band_high"] = num(None, np.broadcast_to(np.where(finite, band_high, np.nan)[:, None, :],
                                                    mean_cost.shape))
     best_names = np.array(COST_POLICIES, dtype=object)[np.broadcast_to(best, mean_cost.shape)].reshape(-1)
-    table["best_baseline"] = string_array([None] * n_seed_rows + best_names.tolist())
+    table["best_baseline"] = arrays.strings([None] * n_seed_rows + best_names.tolist())
     table["diff_vs_best"] = num(None, diff["mean"])
     table["diff_low"] = num(None, diff["low"])
     table["diff_high"] = num(None, diff["high"])

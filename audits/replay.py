@@ -62,10 +62,11 @@ sorted arrays with calibration prefix sums (:func:`window_counts`), never with p
 Engine: for fibers, one SQL pass over candidates × seeds yields (seed, fiber, half) counts — the
 only work that grows with candidates × seeds — and that small table is reduced with vectorised numpy
 (DuckDB's planning time for the few joins involved exceeds the work itself). For windows, SQL yields
-one row per (model, candidate) with its split at every seed as a list (the hash is the same
-expression); numpy reads that as a (candidate, seed) matrix, sorts the candidates once by (model,
-evidence) and answers every test entry of every model and seed with ``searchsorted`` and prefix sums
-(JARVIS, 15 models × 50 seeds × 5.6k: ~1 s of CPU against ~30 s for the former two ASOF joins).
+one row per (model, candidate) with the hash of its id; numpy computes the split at every seed from it
+(the formula checked against DuckDB, else SQL hands over the split as a list), sorts the candidates
+once by (model, evidence) and answers the test entries with ``searchsorted`` and prefix sums, a chunk
+of seeds at a time so that no array holds every test entry (JARVIS, 15 models × 50 seeds × 5.6k:
+~1.2 s of CPU and ~100 MB above the loaded table, against ~30 s for the former two ASOF joins).
 
 Quantile and width fibers are cut over all audited candidates: the cuts read the evidence only, never
 a claim label, so calibration and test see the same fibers without leaking test labels.
@@ -87,9 +88,10 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import defaults
+from dcaudit.audits import arrays
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
-from dcaudit.audits.price import binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
+from dcaudit.audits.price import BoundCache, binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
@@ -97,7 +99,6 @@ from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, re
 from dcaudit.spec import check_keys
 from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
-from dcaudit.storage import constant_strings, numpy_array, string_array
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -354,27 +355,22 @@ def _nanquantile(values: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
     return np.stack(out)
 
 
-# Arrow columns are built on numpy buffers: pa.array of Python or numpy values imports pandas (~0.3 s).
-
 def _num(values: Any) -> pa.Array:
-    arr = np.asarray(values, dtype=float)
-    return numpy_array(arr, mask=np.isnan(arr))
+    return arrays.float64_nan_null(np.asarray(values, dtype=float))
 
 
 def _lists(block: np.ndarray) -> pa.Array:
     """Rows of a (rows, prices) array as list<double>; all-NaN rows (no cost defined) become NULL."""
-    n, width = block.shape
-    offsets = numpy_array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
-    values = numpy_array(np.ascontiguousarray(block, dtype=float).ravel())
-    return pa.ListArray.from_arrays(offsets, values, mask=numpy_array(np.isnan(block).all(axis=1)))
+    return arrays.list_float64(block, np.isnan(block).all(axis=1))
 
 
-def _constant(value: object, n: int, kind: str) -> pa.Array:
-    if value is None:
-        return pa.nulls(n, {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}[kind])
+def _const(value: object, n: int, kind: str) -> pa.Array:
+    """``n`` copies of one value (None: NULL) as an Arrow column of ``kind`` (string, int64, float64)."""
     if kind == "string":
-        return constant_strings(str(value), n)
-    return numpy_array(np.full(n, value, dtype=np.int64 if kind == "int64" else float))
+        return arrays.take_strings([None if value is None else str(value)], np.zeros(n, dtype=np.int64))
+    null = np.full(n, value is None)
+    fill = 0 if value is None else value
+    return arrays.int64(np.full(n, fill), null) if kind == "int64" else arrays.float64(np.full(n, fill, dtype=float), null)
 
 
 def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLabels, *, pooled: bool) -> pa.Table:
@@ -386,19 +382,20 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     const = {"source": labels.source, "audit_id": labels.audit_id, "claim": labels.claim,
              "evidence": labels.evidence, "fiber_rule": labels.fiber_rule,
              "certification": labels.certification, "mode": cfg.mode}
-    table: dict[str, pa.Array] = {k: _constant(v, n_rows, "string") for k, v in const.items()}
-    table["min_support"] = _constant(cfg.min_support, n_rows, "int64")
-    table["epsilon"] = _constant(cfg.epsilon if cfg.mode == "calibrated" else None, n_rows, "float64")
-    table["delta"] = _constant(cfg.delta, n_rows, "float64")
-    table["calibration_fraction"] = _constant(cfg.calibration_fraction, n_rows, "float64")
-    table["seed_offset"] = _constant(cfg.seed_offset, n_rows, "int64")
-    table["n_excluded"] = _constant(labels.n_excluded, n_rows, "int64")
-    table["model"] = string_array(np.concatenate([rows["model"], summary["model"]]).tolist())
-    table["policy"] = string_array(np.concatenate([rows["policy"], summary["policy"]]).tolist())
+    # columns from buffers (dcaudit.audits.arrays): pa.array would import pandas (~40 MB, ~0.4 s)
+    table: dict[str, pa.Array] = {k: _const(v, n_rows, "string") for k, v in const.items()}
+    table["min_support"] = _const(cfg.min_support, n_rows, "int64")
+    table["epsilon"] = _const(cfg.epsilon if cfg.mode == "calibrated" else None, n_rows, "float64")
+    table["delta"] = _const(cfg.delta, n_rows, "float64")
+    table["calibration_fraction"] = _const(cfg.calibration_fraction, n_rows, "float64")
+    table["seed_offset"] = _const(cfg.seed_offset, n_rows, "int64")
+    table["n_excluded"] = _const(labels.n_excluded, n_rows, "int64")
+    table["model"] = arrays.strings(np.concatenate([rows["model"], summary["model"]]).tolist())
+    table["policy"] = arrays.strings(np.concatenate([rows["policy"], summary["policy"]]).tolist())
     seeds = np.concatenate([_float(rows["seed"]), np.full(n_sum, np.nan)])
-    table["seed"] = numpy_array(np.nan_to_num(seeds).astype(np.int64), mask=np.isnan(seeds))
-    table["n_seeds"] = numpy_array(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
-                                                   np.asarray(summary["n_seeds"], dtype=np.int64)]))
+    table["seed"] = arrays.int64(np.nan_to_num(seeds).astype(np.int64), np.isnan(seeds))
+    table["n_seeds"] = arrays.int64(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
+                                                    np.asarray(summary["n_seeds"], dtype=np.int64)]))
     for key in _MEANS:
         table[key] = _num(np.concatenate([_float(rows[key]), _float(summary[key])]))
     prices = np.asarray(cfg.prices, dtype=float)
@@ -547,8 +544,9 @@ def _costs(ps: dict[str, Any], cfg: ReplayConfig, labels: ReplayLabels, *, poole
              "mode": cfg.mode}
     table = cost_table(ps, prices=tuple(cfg.prices), const=const, pooled=pooled)
     n = table.num_rows
-    return (table.append_column("min_support", _constant(cfg.min_support, n, "int64"))
-            .append_column("delta", _constant(cfg.delta, n, "float64")))
+    return (table.append_column("min_support", _const(cfg.min_support, n, "int64"))
+            .append_column("delta", _const(cfg.delta, n, "float64")))
+
 
 
 def fiber_replay(
@@ -837,57 +835,99 @@ def window_counts(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.nd
     model · (values + 1) + rank — exact, where offsetting the floats per model would round and could move
     a window edge. Test entries are taken seed-major over the sorted rows, so the searches receive their
     keys in order and walk the arrays instead of jumping through them.
-    """
-    x = np.asarray(x, dtype=float)
-    model = np.asarray(model, dtype=np.int64)
-    n_rows, n_seeds = is_cal.shape
-    n_models = int(model.max(initial=-1)) + 1
-    order = np.lexsort((x, model))  # by model, then evidence (NaN last)
-    x, model, y = x[order], model[order], np.asarray(y, dtype=bool)[order]
-    cal = np.ascontiguousarray(np.asarray(is_cal, dtype=bool)[order].T)  # (seed, row)
-    values = np.unique(x)  # sorted distinct evidence values, NaN last
-    width = len(values) + 1
-    if n_models * width >= 2 ** 62:  # pragma: no cover - ~10^18 keys
-        raise ValueError(f"{n_models} models x {width} distinct values overflow a packed int64 key")
-    row_key = model * width + np.searchsorted(values, x)  # ascending: rows are sorted by (model, x)
-    if n_rows >= 2 ** 31:  # pragma: no cover - the (seed, row) matrices alone would need > 100 GB
-        raise ValueError(f"{n_rows} candidate rows: window counts pack two 32-bit prefix sums per entry")
-    # Per seed, prefix sums over the sorted rows: calibration members (high 32 bits) and trues (low 32
-    # bits) of rows [0, i), packed so one gather reads both and one subtraction gives both differences.
-    prefix = np.zeros((n_seeds, n_rows + 1), dtype=np.int64)
-    np.cumsum((cal.astype(np.int64) << 32) | (cal & y[None, :]), axis=1, out=prefix[:, 1:])
-    if n_models * width <= dense_limit:  # first row with key >= k, for every key k
-        first_row = np.zeros(n_models * width + 1, dtype=np.int32)
-        np.cumsum(np.bincount(row_key, minlength=n_models * width), out=first_row[1:])
 
-        def row_at(key: np.ndarray) -> np.ndarray:
-            return first_row[key]
-    else:
-        def row_at(key: np.ndarray) -> np.ndarray:
-            return np.searchsorted(row_key, key, side="left")
-    seed, row = np.nonzero(~cal)  # test entries, seed-major: x ascending within each (seed, model)
-    m = model[row]
-    group = m * n_seeds + seed
-    tol = np.asarray(tolerance, dtype=float)[group]
-    x_test, base = x[row], m * width
-    at = seed * (n_rows + 1)  # start of the entry's seed in the flattened prefix sums
-    # rows before `hi` in the model's block hold x <= x_test + tol; rows before `lo` hold x < x_test − tol
-    with np.errstate(invalid="ignore"):  # inf ∓ inf is NaN, as in SQL
-        upper, lower = x_test + tol, x_test - tol
-    hi = row_at(base + np.searchsorted(values, upper, side="right"))
-    lo = row_at(base + np.searchsorted(values, lower, side="left"))
-    flat = prefix.ravel()
-    both = flat[at + hi] - flat[at + lo]
-    if defined is not None:
-        both = np.where(np.asarray(defined, dtype=bool)[group], both, 0)
-    # whole-group totals: the prefix sums at each model's block ends, (model, seed) -> group order
-    ends = np.searchsorted(model, np.arange(n_models + 1), side="left")
-    totals = (prefix[:, ends[1:]] - prefix[:, ends[:-1]]).T.ravel()
-    return WindowRows(group, order[row], y[row], both >> 32, both & 0xFFFFFFFF, totals >> 32, totals & 0xFFFFFFFF)
+    The sort and the lookup table are :class:`WindowIndex` (built once); :func:`window_replay` counts the
+    seeds a chunk at a time with :meth:`WindowIndex.count`, so that no array holds every test entry.
+    """
+    index = WindowIndex.build(x, model, y, dense_limit=dense_limit)
+    return index.count(index.sorted_split(is_cal), tolerance, defined)
+
+
+@dataclass(frozen=True)
+class WindowIndex:
+    """Candidate rows sorted by (model, evidence) with what every window search needs, built once per replay."""
+
+    order: np.ndarray        # sorted position -> input row
+    x: np.ndarray            # evidence, sorted
+    model: np.ndarray        # model index (int32), sorted
+    y: np.ndarray            # claim, sorted
+    values: np.ndarray       # distinct evidence values, NaN last
+    width: int               # len(values) + 1
+    n_models: int
+    first_row: np.ndarray | None  # (model, rank) -> first sorted row at or beyond it (dense lookup), or None
+    row_key: np.ndarray | None    # packed (model, rank) key per sorted row (binary search instead)
+    ends: np.ndarray         # start of every model's block of sorted rows, and the end
+
+    @classmethod
+    def build(cls, x: np.ndarray, model: np.ndarray, y: np.ndarray, *,
+              dense_limit: int = _DENSE_POSITIONS) -> WindowIndex:
+        x = np.asarray(x, dtype=float)
+        model = np.asarray(model, dtype=np.int64)
+        n_rows = len(x)
+        n_models = int(model.max(initial=-1)) + 1
+        order = np.lexsort((x, model))  # by model, then evidence (NaN last)
+        x, model, y = x[order], model[order], np.asarray(y, dtype=bool)[order]
+        values = np.unique(x)  # sorted distinct evidence values, NaN last
+        width = len(values) + 1
+        if n_models * width >= 2 ** 62:  # pragma: no cover - ~10^18 keys
+            raise ValueError(f"{n_models} models x {width} distinct values overflow a packed int64 key")
+        if n_rows >= 2 ** 31:  # pragma: no cover - the (seed, row) matrices alone would need > 100 GB
+            raise ValueError(f"{n_rows} candidate rows: window counts pack two 32-bit prefix sums per entry")
+        row_key = model * width + np.searchsorted(values, x)  # ascending: rows are sorted by (model, x)
+        first_row = None
+        if n_models * width <= dense_limit:  # first row with key >= k, for every key k
+            first_row = np.zeros(n_models * width + 1, dtype=np.int32)
+            np.cumsum(np.bincount(row_key, minlength=n_models * width), out=first_row[1:])
+        ends = np.searchsorted(model, np.arange(n_models + 1), side="left")
+        return cls(order, x, model.astype(np.int32), y, values, width, n_models, first_row,
+                   None if first_row is not None else row_key, ends)
+
+    def sorted_split(self, is_cal: np.ndarray) -> np.ndarray:
+        """The (candidate, seed) calibration matrix with its rows in sorted order."""
+        return np.asarray(is_cal, dtype=bool)[self.order]
+
+    def _row_at(self, key: np.ndarray) -> np.ndarray:
+        if self.first_row is not None:
+            return self.first_row[key]
+        assert self.row_key is not None  # one of the two lookups is built
+        return np.searchsorted(self.row_key, key, side="left")
+
+    def count(self, cal_sorted: np.ndarray, tolerance: np.ndarray, defined: np.ndarray | None = None) -> WindowRows:
+        """The windows of the test entries of the seeds in ``cal_sorted`` ((sorted row, seed) matrix; groups
+        ``model · seeds + seed`` numbered over these seeds only, as ``tolerance`` and ``defined`` are)."""
+        n_rows, n_seeds = cal_sorted.shape
+        cal = np.ascontiguousarray(cal_sorted.T)  # (seed, row)
+        # Per seed, prefix sums over the sorted rows: calibration members (high 32 bits) and trues (low 32
+        # bits) of rows [0, i), packed so one gather reads both and one subtraction gives both differences.
+        prefix = np.zeros((n_seeds, n_rows + 1), dtype=np.int64)
+        np.cumsum((cal.astype(np.int64) << 32) | (cal & self.y[None, :]), axis=1, out=prefix[:, 1:])
+        seed, row = np.nonzero(~cal)  # test entries, seed-major: x ascending within each (seed, model)
+        del cal
+        m = self.model[row].astype(np.int64)
+        group = m * n_seeds + seed
+        del seed
+        tol = np.asarray(tolerance, dtype=float)[group]
+        x_test = self.x[row]
+        # rows before `hi` in the model's block hold x <= x_test + tol; rows before `lo` hold x < x_test − tol
+        with np.errstate(invalid="ignore"):  # inf ∓ inf is NaN, as in SQL
+            base = m * self.width
+            hi = self._row_at(base + np.searchsorted(self.values, x_test + tol, side="right"))
+            lo = self._row_at(base + np.searchsorted(self.values, x_test - tol, side="left"))
+        del m, base, x_test, tol
+        at = (group % n_seeds) * (n_rows + 1)  # start of the entry's seed in the flattened prefix sums
+        flat = prefix.ravel()
+        both = flat[at + hi] - flat[at + lo]
+        del at, hi, lo
+        if defined is not None:
+            both = np.where(np.asarray(defined, dtype=bool)[group], both, 0)
+        # whole-group totals: the prefix sums at each model's block ends, (model, seed) -> group order
+        totals = (prefix[:, self.ends[1:]] - prefix[:, self.ends[:-1]]).T.ravel()
+        return WindowRows(group, self.order[row], self.y[row], both >> 32, both & 0xFFFFFFFF, totals >> 32,
+                          totals & 0xFFFFFFFF)
 
 
 def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_group: np.ndarray | None = None,
-                     t_group: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                     t_group: np.ndarray | None = None, bounds: BoundCache | None = None) -> dict[str, np.ndarray]:
     """Per-group (model × seed) outcome counts from every test candidate's window; vectorised, no loop.
 
     The risk bound is evaluated only where it decides or is reported: in exact mode on the certified
@@ -906,7 +946,8 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_gr
     else:
         span = int(n_cal.max(initial=0)) + 1
         pairs, pair_of = np.unique(minority[supported] * span + n_cal[supported], return_inverse=True)
-        p_bound = cp_upper(pairs // span, pairs % span, cfg.delta)
+        p_bound = (bounds(pairs // span, pairs % span) if bounds is not None
+                   else cp_upper(pairs // span, pairs % span, cfg.delta))
         certified = supported.copy()
         if cfg.mode == "calibrated":
             certified[supported] = p_bound[pair_of] <= cfg.epsilon
@@ -926,7 +967,7 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_gr
         k_against = np.where(fallback, np.where(g_maj, n_g - t_g, t_g), k_against)
         n_against = np.where(fallback, n_g, n_cal)
     priced = price_aware_outcomes(group, n_groups, k_against, n_against, (fm_dec != y).astype(float),
-                                  np.ones(len(group)), cfg.prices, cfg.delta)
+                                  np.ones(len(group)), cfg.prices, cfg.delta, bounds)
     code = (certified.astype(np.int64) * 8 + (certified & ((2 * t_cal > n_cal) != y)) * 4
             + (fm_dec != y) * 2 + (g_maj != y))
     counts = np.bincount(group * 16 + code, minlength=n_groups * 16).reshape(n_groups, 16)
@@ -951,6 +992,45 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_gr
     } | priced
 
 
+_CHUNK_ENTRIES = 1 << 18  # test (candidate, seed) entries counted at once: ~30 MB of per-entry arrays
+
+
+def _chunked_windows(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np.ndarray, tolerance: np.ndarray,
+                     defined: np.ndarray, n_models: int, cfg: ReplayConfig
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Calibration totals and window outcomes of every (model, seed) group, a chunk of seeds at a time.
+
+    Everything per test entry lives for one chunk of seeds only (about ``_CHUNK_ENTRIES`` entries): the
+    rows are sorted once (:class:`WindowIndex`), each chunk's windows counted and reduced to per-group
+    outcomes (:func:`_window_outcomes`), and those are written into the group order ``model · seeds +
+    seed``. A group's entries are one seed's, in the same order in a chunk as in one pass over all seeds,
+    so every sum is the same sum.
+    """
+    n_rows, n_seeds = is_cal.shape
+    index = WindowIndex.build(x, model, y)
+    cal_sorted = index.sorted_split(is_cal)
+    per_chunk = max(1, min(n_seeds, _CHUNK_ENTRIES // max(1, n_rows)))
+    tol = np.asarray(tolerance, dtype=float).reshape(n_models, n_seeds)
+    ok = np.asarray(defined, dtype=bool).reshape(n_models, n_seeds)
+    n_cal = np.zeros((n_models, n_seeds), dtype=np.int64)
+    t_cal = np.zeros((n_models, n_seeds), dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
+    bounds = BoundCache(cfg.delta)  # the chunks share their Clopper–Pearson bounds
+    for s0 in range(0, n_seeds, per_chunk):  # a handful of chunks of seeds, not a loop over candidates
+        s1 = min(n_seeds, s0 + per_chunk)
+        rows = index.count(cal_sorted[:, s0:s1], tol[:, s0:s1].ravel(), ok[:, s0:s1].ravel())
+        n_c, t_c = rows.n_calibration, rows.t_calibration
+        got = _window_outcomes(rows, 2 * t_c > n_c, cfg, n_c, t_c, bounds)
+        del rows
+        n_cal[:, s0:s1] = n_c.reshape(n_models, s1 - s0)
+        t_cal[:, s0:s1] = t_c.reshape(n_models, s1 - s0)
+        for key, value in got.items():
+            if key not in out:
+                out[key] = np.zeros((*value.shape[:-1], n_models, n_seeds), dtype=value.dtype)
+            out[key][..., s0:s1] = value.reshape(*value.shape[:-1], n_models, s1 - s0)
+    return n_cal.ravel(), t_cal.ravel(), {k: v.reshape(*v.shape[:-2], n_models * n_seeds) for k, v in out.items()}
+
+
 def _per_model(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Column sums of a (candidate, seed) matrix over each model's block of rows -> (model, seed)."""
     return np.add.reduceat(values, starts, axis=0)
@@ -973,13 +1053,17 @@ def _group_tolerance(con: duckdb.DuckDBPyConnection, tol: Tolerance, error: np.n
     if tol.kind == "fixed":
         return np.full(n_groups, float(tol.value or 0.0)), np.ones(n_groups, dtype=bool)
     used = is_cal & has_ref[:, None]
-    count = _per_model(used.astype(np.int64), starts).ravel()
+    blocks = list(zip(starts, np.append(starts[1:], n_rows), strict=True))  # one model's rows each
+    # a model at a time: no (candidate, seed) matrix of int64 or float is ever whole
+    count = np.concatenate([used[a:b].sum(axis=0, dtype=np.int64) for a, b in blocks])
     defined = count > 0
     if tol.kind == "mae":
-        total = _per_model(np.where(used, error[:, None], 0.0), starts).ravel()
+        # the same sums as reducing the whole matrix model block by model block (np.add.reduceat)
+        total = np.concatenate([_per_model(np.where(used[a:b], error[a:b, None], 0.0), np.zeros(1, dtype=np.int64))[0]
+                                for a, b in blocks])
         return np.where(defined, total / np.maximum(count, 1), np.nan), defined
-    model = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n_rows)))
-    group = model[:, None] * n_seeds + np.arange(n_seeds)[None, :]
+    model = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, n_rows)))
+    group = model[:, None] * np.int32(n_seeds) + np.arange(n_seeds, dtype=np.int32)[None, :]
     name = f"_rw_errors_{next(_counter)}"
     con.register(name, pa.table({"g": group[used], "e": np.broadcast_to(error[:, None], used.shape)[used]}))
     try:
@@ -1015,6 +1099,23 @@ def _bytes(text: str) -> int | None:
     units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20,
              "GiB": 2**30, "TiB": 2**40, "PB": 10**15, "PiB": 2**50}
     return int(float(m.group(1)) * units.get(m.group(2), 1))
+
+
+def _split_matrix(h: np.ndarray, cfg: ReplayConfig) -> np.ndarray:
+    """(candidate, seed index) calibration membership from the id hashes ``h``: the split SQL computes
+    (``hash(h, seed) % SPLIT_BUCKETS < threshold``, :func:`_split_hashes`), a few seeds at a time."""
+    seeds = np.arange(int(cfg.seed_offset), int(cfg.seed_offset) + int(cfg.seeds), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        a = _candidate_part(h)
+        c = _murmur(seeds.astype(np.uint64))
+    out = np.empty((len(h), len(seeds)), dtype=bool)
+    step = max(1, _BLOCK_BYTES // (8 * max(1, len(h))))
+    buckets, below = np.uint64(SPLIT_BUCKETS), np.uint64(cfg.threshold)
+    for s0 in range(0, len(seeds), step):
+        w = a[:, None] ^ c[None, s0:s0 + step]
+        np.remainder(w, buckets, out=w)
+        np.less(w, below, out=out[:, s0:s0 + step])
+    return out
 
 
 def _split_list_sql(cfg: ReplayConfig, h: str) -> str:
@@ -1062,9 +1163,10 @@ def window_replay(
     and one pooled summary row per policy with ``model`` NULL.
 
     One SQL pass gives, per (model, candidate), the model's index, evidence, reference, claim label and
-    the calibration membership at every seed; numpy then reads that as a (candidate, seed) matrix and
-    counts the per-(model, seed) totals, tolerances and the windows of all test candidates at once
-    (:func:`window_counts`).
+    the hash of the id; numpy makes the (candidate, seed) calibration matrix from the hash (as the SQL
+    split computes it), the per-(model, seed) tolerances a model at a time, and the windows of the test
+    candidates a chunk of seeds at a time (:func:`_chunked_windows`, :class:`WindowIndex`): memory
+    grows with candidates × seeds only by that boolean matrix.
     """
     available = _columns_of(con, relation)
     needed = [id_column, window.column] + ([window.reference] if window.reference else [])
@@ -1081,44 +1183,56 @@ def window_replay(
     check_seeds_fit(con, relation, config.seeds)
     model = (f"CAST({q(model_column)} AS VARCHAR)" if model_column
              else (_literal(labels.model) if labels.model is not None else "NULL::VARCHAR"))
+    # The split of every candidate at every seed: computed in numpy from the id hash when this DuckDB's
+    # hash(h, seed) is the one _split_hashes reproduces (no candidate × seed list leaves DuckDB), else
+    # read from SQL as one list per candidate.
+    fast = _hash_matches(con)
     try:
-        # rows ordered by model index (mi: the order of the output rows), so a model is a block of rows
-        data = con.sql(f"""
-        SELECT CAST(dense_rank() OVER (ORDER BY model NULLS FIRST) - 1 AS BIGINT) AS mi, model, x, r, y,
-               {_split_list_sql(config, 'h')} AS c
+        # rows ordered by model index (mi: the order of the output rows), so a model is a block of rows;
+        # fetched as numpy (Arrow's to_numpy would import pandas: +50 MB and a second of start-up)
+        kept = f"FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) AND ({y_sql}) IS NOT NULL"
+        data = con.execute(f"""
+        SELECT CAST(dense_rank() OVER (ORDER BY model NULLS FIRST) - 1 AS BIGINT) AS mi, x, r, y,
+               {'h' if fast else _split_list_sql(config, 'h')} AS c
         FROM (SELECT {model} AS model, hash(CAST({q(id_column)} AS VARCHAR)) AS h, CAST({x} AS DOUBLE) AS x,
                      CAST({ref} AS DOUBLE) AS r, CAST({y_sql} AS BOOLEAN) AS y
-              FROM {relation}
-              WHERE isfinite(CAST({x} AS DOUBLE)) AND ({y_sql}) IS NOT NULL)
-        ORDER BY mi""").to_arrow_table()
+              {kept})
+        ORDER BY mi""").fetchnumpy()
+        # the models in the order of their index mi (a name per model, not per row)
+        model_names = [r[0] for r in con.execute(f"SELECT DISTINCT {model} AS model {kept} "
+                                                 "ORDER BY model NULLS FIRST").fetchall()]
         # NaN / ±inf evidence cannot sit in a window: excluded, like missing evidence
         n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) IS NOT TRUE "
                                  f"OR ({y_sql}) IS NULL").fetchall()[0][0]
     except duckdb.Error as exc:
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {duckdb_message(exc)}",
                          file=label_of(relation)) from None
-    if not data.num_rows:
+    n_rows = len(data["mi"])
+    if not n_rows:
         raise InputError(f"no candidate has both a value of {window.column!r} and of the claim "
                          f"{claim.text!r}", file=relation, column=window.column)
-    import pyarrow.compute as pc  # only here: the module's import stays light
-
     n_seeds = int(config.seeds)
-    mi = data["mi"].to_numpy()
+    mi = np.asarray(data["mi"], dtype=np.int64)
     starts = np.flatnonzero(np.concatenate(([True], mi[1:] != mi[:-1])))
-    models = np.asarray(data["model"].to_pylist(), dtype=object)[starts]
-    cand_x = data["x"].to_numpy()
-    cand_y = data["y"].to_numpy(zero_copy_only=False).astype(bool)
-    has_ref = ~np.asarray(data["r"].is_null(), dtype=bool)
+    models = np.asarray(model_names, dtype=object)
+    cand_x = np.asarray(data["x"], dtype=float)
+    cand_y = np.asarray(data["y"], dtype=bool)
+    r = data["r"]
+    has_ref = ~np.ma.getmaskarray(r)
     with np.errstate(invalid="ignore"):  # inf − inf is NaN, as in SQL
-        error = np.abs(cand_x - data["r"].to_numpy(zero_copy_only=False).astype(float))
-    is_cal = (pc.list_flatten(data["c"]).to_numpy(zero_copy_only=False).astype(bool)
-              .reshape(data.num_rows, n_seeds))  # (candidate, seed index)
+        error = np.abs(cand_x - np.ma.filled(r, np.nan).astype(float))
+    if fast:
+        is_cal = _split_matrix(np.asarray(data["c"], dtype=np.uint64), config)  # (candidate, seed index)
+    else:  # pragma: no cover - a DuckDB whose hash _split_hashes does not reproduce
+        is_cal = np.array([np.asarray(c, dtype=bool) for c in data["c"]], dtype=bool).reshape(n_rows, n_seeds)
+    del data, r
     # groups g = model index × seeds + seed index: the order of the per-seed output rows
     tolerance, defined = _group_tolerance(con, window.tolerance, error, has_ref, is_cal, starts)
-    rows = window_counts(cand_x, mi, cand_y, is_cal, tolerance, defined)
-    n_cal, t_cal = rows.n_calibration, rows.t_calibration
-    n_test = np.repeat(np.diff(np.append(starts, data.num_rows)), n_seeds) - n_cal
-    ps = _window_outcomes(rows, 2 * t_cal > n_cal, config, n_cal, t_cal) | {
+    del error, has_ref
+    n_cal, t_cal, outcomes = _chunked_windows(cand_x, mi, cand_y, is_cal, tolerance, defined, len(models), config)
+    del is_cal
+    n_test = np.repeat(np.diff(np.append(starts, n_rows)), n_seeds) - n_cal
+    ps = outcomes | {
         "model": np.repeat(models, n_seeds),
         "seed": np.tile(np.arange(n_seeds, dtype=np.int64) + int(config.seed_offset), len(models)),
         "n_calibration": n_cal.astype(float),

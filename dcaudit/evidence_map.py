@@ -23,6 +23,8 @@ from dcaudit import defaults
 from dcaudit.errors import SpecError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from dcaudit.claims import Claim
 
 RuleKind = Literal["exact", "quantile", "width", "knn", "window"]
@@ -113,3 +115,8 @@ class EvidenceSQL:
     relation: str         # the source relation in the driver's DuckDB (checks, key ranges)
     claim_sql: str = ""   # the claim as NaN- and division-safe SQL over this relation
     label: str = ""       # the user's name of the relation (for messages)
+    # DuckDB types of the key columns when known from the relation ("" unknown), so grouping need not ask
+    key_types: tuple[str, ...] = ()
+    # a one-column quantile rule's grouped evidence (key, audited, n, n_true, lo, hi), from the passes that
+    # selected its cut points on the DuckDB engine: the grouping uses it instead of another scan
+    groups: pa.Table | None = None

@@ -380,10 +380,27 @@ def guard_nan(con: duckdb.DuckDBPyConnection, types: Mapping[str, str], columns:
     DuckDB (2.0) propagates Parquet min/max statistics into expressions, and those statistics leave NaN
     out: over a Parquet file ``isnan(x)`` and ``nullif(x, 'NaN')`` are folded to "not NaN" and a NaN would
     be binned or compared as a number. Statistics propagation is switched off for this connection when an
-    audit reads a float column (about +50 % on a grouping scan; integer-only audits keep it).
+    audit reads a float column (about +50 % on a grouping scan; integer-only audits keep it: when an
+    earlier audit on the same connection switched it off, it is switched back on — otherwise one float
+    audit would slow every later integer audit of a run, and cost them DuckDB's perfect hash aggregate).
     """
     if any(value_kind(types.get(c, "")) == "float" for c in columns):
         con.execute("SET disabled_optimizers = 'statistics_propagation'")
+        _STATISTICS_OFF.add(id(con))
+    elif id(con) in _STATISTICS_OFF:
+        con.execute("RESET disabled_optimizers")
+        _STATISTICS_OFF.discard(id(con))
+
+
+# Connections on which guard_nan switched statistics propagation off (by id: a reused id after a connection
+# is gone only costs one RESET that changes nothing).
+_STATISTICS_OFF: set[int] = set()
+
+
+def statistics_off(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when :func:`guard_nan` switched statistics propagation off on this connection (so DuckDB answers
+    no min/max from statistics, and uses no perfect hash aggregate)."""
+    return id(con) in _STATISTICS_OFF
 
 
 def column_types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:

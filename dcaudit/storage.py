@@ -179,30 +179,6 @@ def arrow_table(columns: Mapping[str, Sequence[object]], types: Mapping[str, Arr
     return frame.to_arrow(compat_level=pl.CompatLevel.oldest())
 
 
-def numpy_array(values: object, mask: object = None) -> pa.Array:
-    """A 1-d numpy array (numbers or booleans) as an Arrow array, NULL where ``mask`` is true, built on its
-    buffers: ``pa.array`` of a numpy array imports pandas too (~0.3 s of a command)."""
-    import numpy as np
-
-    arr = np.ascontiguousarray(values)
-    if arr.dtype == bool:
-        kind, data = pa.bool_(), np.packbits(arr, bitorder="little")
-    else:
-        kind, data = pa.from_numpy_dtype(arr.dtype), arr
-    if mask is None:
-        return pa.Array.from_buffers(kind, len(arr), [None, pa.py_buffer(data)], null_count=0)
-    null = np.asarray(mask, dtype=bool)
-    validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
-    return pa.Array.from_buffers(kind, len(arr), [validity, pa.py_buffer(data)], null_count=int(null.sum()))
-
-
-def string_array(values: Sequence[str | None]) -> pa.Array:
-    """Python strings (or None) as an Arrow string array, through polars (``pa.array`` imports pandas)."""
-    import polars as pl
-
-    return pl.Series(values=list(values), dtype=pl.String).to_arrow().cast(pa.string())
-
-
 def read_table(path: Path | str) -> pa.Table:
     """One Parquet file as an Arrow table. ``pq.read_table`` looks for pandas metadata and so imports
     pandas (~0.3 s of a command); ``ParquetFile.read`` does not."""

@@ -120,3 +120,28 @@ def test_width_bins_with_nan_and_inf_are_not_packed() -> None:
         audit = audit_fibers(con, "t", id_column="id", claim=parse_claim("y = 1"), labels=AuditLabels("s", "a"),
                              evidence=EvidenceMap(("x",), parse_fiber_rule("width:0.5"), missing=missing))
         assert audit.summary["n_fibers"][0].as_py() == n_fibers
+
+
+def test_settings_are_put_back_after_an_audit(tmp_path) -> None:  # noqa: ANN001
+    """The exact path raises DuckDB's perfect hash threshold for its grouping statement only, and a float
+    audit's switched-off statistics propagation is switched back on by the next integer-only audit."""
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": list(range(200)), **{f"e{j}": [(i >> j) & 1 for i in range(200)] for j in range(8)},
+                             "x": [i / 7 for i in range(200)], "y": [i % 3 == 0 for i in range(200)]}), path)
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{path}')")
+
+    def setting(name: str) -> str:
+        return str(con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+
+    default = setting("perfect_ht_threshold")
+    labels = fibers.AuditLabels("s", "a")
+    fibers.audit_fibers(con, "t", id_column="id", evidence=EvidenceMap(("x",), parse_fiber_rule("quantile:4")),
+                        claim=parse_claim("y = 1"), labels=labels)
+    assert "statistics_propagation" in setting("disabled_optimizers")
+    got = fibers.audit_fibers(con, "t", id_column="id", evidence=EvidenceMap(tuple(f"e{j}" for j in range(8))),
+                              claim=parse_claim("y = 1"), labels=labels)
+    assert setting("disabled_optimizers") == "" and setting("perfect_ht_threshold") == default
+    assert got.summary["n_fibers"][0].as_py() == 200

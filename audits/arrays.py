@@ -1,0 +1,149 @@
+"""Arrow arrays to and from numpy through their buffers.
+
+``pa.array(...)`` of numpy arrays or Python lists, ``Array.to_numpy()`` and ``Table.from_pylist`` make
+pyarrow import pandas to check for pandas types: ~0.3-0.5 s and ~40 MB the first time in a process, more
+than a 1e6-candidate audit takes. The audits build and read their (small) result columns here instead,
+as :func:`dcaudit.storage.constant_strings` and the input contract's row numbers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+
+def _validity(mask: np.ndarray | None, n: int) -> pa.Buffer | None:
+    """The validity bitmap of ``n`` values, ``mask`` true where a value is NULL (None: no NULL)."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask, dtype=bool)
+    if not mask.any():
+        return None
+    return pa.py_buffer(np.packbits(~mask, bitorder="little"))
+
+
+def _fixed(kind: pa.DataType, dtype: type, values: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    data: np.ndarray = np.ascontiguousarray(np.asarray(values, dtype=dtype))
+    n = len(data)
+    return pa.Array.from_buffers(kind, n, [_validity(mask, n), pa.py_buffer(data)])
+
+
+def float64(values: np.ndarray | Sequence[float], mask: np.ndarray | None = None) -> pa.Array:
+    return _fixed(pa.float64(), np.float64, np.asarray(values, dtype=np.float64), mask)
+
+
+def float64_nan_null(values: np.ndarray | Sequence[float]) -> pa.Array:
+    """Doubles with NaN as NULL (the replay tables' convention for "not defined")."""
+    values = np.asarray(values, dtype=np.float64)
+    return float64(values, np.isnan(values))
+
+
+def int64(values: np.ndarray | Sequence[int], mask: np.ndarray | None = None) -> pa.Array:
+    return _fixed(pa.int64(), np.int64, np.asarray(values), mask)
+
+
+def int32(values: np.ndarray | Sequence[int], mask: np.ndarray | None = None) -> pa.Array:
+    return _fixed(pa.int32(), np.int32, np.asarray(values), mask)
+
+
+def boolean(values: np.ndarray | Sequence[bool], mask: np.ndarray | None = None) -> pa.Array:
+    bits = np.asarray(values, dtype=bool)
+    n = len(bits)
+    return pa.Array.from_buffers(pa.bool_(), n, [_validity(mask, n), pa.py_buffer(np.packbits(bits, bitorder="little"))])
+
+
+def strings(values: Sequence[str | None] | np.ndarray) -> pa.Array:
+    """A string array of Python strings (None: NULL)."""
+    items = list(values)
+    encoded = [b"" if v is None else str(v).encode() for v in items]
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    mask = np.fromiter((v is None for v in items), dtype=bool, count=len(items))
+    kind = pa.string() if offsets[-1] < 2**31 else pa.large_string()
+    off = offsets.astype(np.int32) if kind == pa.string() else offsets
+    array = pa.Array.from_buffers(kind, len(items), [_validity(mask, len(items)), pa.py_buffer(off),
+                                                     pa.py_buffer(b"".join(encoded))])
+    return array if kind == pa.string() else array.cast(pa.string())
+
+
+def repeated_strings(values: Sequence[str | None], counts: Sequence[int] | np.ndarray) -> pa.Array:
+    """Each of ``values`` repeated ``counts`` times, in order (a few distinct labels over many rows)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    index = np.repeat(np.arange(len(values)), counts)
+    return take_strings(values, index)
+
+
+def take_strings(values: Sequence[str | None], index: np.ndarray) -> pa.Array:
+    """``values[index]`` as a string array, built from the few distinct values' bytes."""
+    encoded = [b"" if v is None else str(v).encode() for v in values]
+    lengths = np.asarray([len(e) for e in encoded], dtype=np.int64)
+    index = np.asarray(index, dtype=np.int64)
+    n = len(index)
+    row_len = lengths[index] if len(lengths) else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(row_len, out=offsets[1:])
+    # the bytes of row i are encoded[index[i]]: gather through a flat byte pool
+    pool = np.frombuffer(b"".join(encoded), dtype=np.uint8) if any(lengths) else np.zeros(0, dtype=np.uint8)
+    starts = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    total = int(offsets[-1])
+    if total:
+        # position j of the output belongs to row r = searchsorted(offsets, j, 'right') - 1
+        row = np.repeat(np.arange(n), row_len)
+        within = np.arange(total) - offsets[row]
+        data = pool[starts[index[row]] + within].tobytes()
+    else:
+        data = b""
+    none = np.asarray([v is None for v in values], dtype=bool)
+    mask = none[index] if len(none) else np.zeros(0, dtype=bool)
+    kind = pa.string() if total < 2**31 else pa.large_string()
+    off = offsets.astype(np.int32) if kind == pa.string() else offsets
+    array = pa.Array.from_buffers(kind, n, [_validity(mask, n), pa.py_buffer(off), pa.py_buffer(data)])
+    return array if kind == pa.string() else array.cast(pa.string())
+
+
+def list_float64(block: np.ndarray, row_null: np.ndarray | None = None) -> pa.Array:
+    """Rows of a (rows, width) array as list<double> (``row_null``: rows that are NULL lists)."""
+    block = np.ascontiguousarray(np.asarray(block, dtype=np.float64))
+    n, width = block.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    child = float64(block.ravel())
+    return pa.Array.from_buffers(pa.list_(pa.float64()), n, [_validity(row_null, n), pa.py_buffer(offsets)],
+                                 children=[child])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading.
+
+def _single(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        return array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    return array
+
+
+def valid(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """True where a value is not NULL."""
+    arr = _single(array)
+    n = len(arr)
+    buf = arr.buffers()[0]
+    if buf is None or arr.null_count == 0:
+        return np.ones(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")
+    return bits[arr.offset:arr.offset + n].astype(bool)
+
+
+def values(array: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
+    """The values of a primitive (numeric or boolean) array as numpy; NULL slots hold whatever the buffer holds."""
+    arr = _single(array)
+    n = len(arr)
+    buf = arr.buffers()[1]
+    if pa.types.is_boolean(arr.type):
+        bits = np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little") if n else np.zeros(0, np.uint8)
+        return bits[arr.offset:arr.offset + n].astype(bool)
+    width = arr.type.bit_width // 8
+    kind = "f" if pa.types.is_floating(arr.type) else ("u" if pa.types.is_unsigned_integer(arr.type) else "i")
+    raw = np.frombuffer(buf, dtype=np.dtype(f"{kind}{width}"), count=n, offset=arr.offset * width) if n else np.zeros(0)
+    return raw.astype(dtype)
