@@ -387,7 +387,8 @@ def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evide
         name: constant_strings(value, n) if value is not None else pa.nulls(n, pa.string())
         for name, value in head.items()}
     for name, kind in CANDIDATE_COLUMNS:
-        columns[name] = rows[name].cast(kind)
+        # cast only what differs: a cast loads pyarrow.compute (~0.09 s), and DuckDB's types already match
+        columns[name] = rows[name] if rows[name].type == kind else rows[name].cast(kind)
     return pa.table(columns)
 
 
