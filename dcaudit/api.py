@@ -69,6 +69,12 @@ class Frames(Mapping[str, "pl.DataFrame"]):
             self._frames[name] = frame
         return self._frames[name]
 
+    def __contains__(self, name: object) -> bool:  # Mapping's own would convert the table to test for it
+        return name in self._arrow
+
+    def get(self, name: str, default: Any = None) -> Any:  # likewise: convert only a table that exists
+        return self[name] if name in self._arrow else default
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrow)
 
