@@ -29,7 +29,7 @@ from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kin
 from dcaudit.errors import SpecError
 from dcaudit.inputs import column_types, statistics_off
 from dcaudit.stage import FiberAudit
-from dcaudit.storage import constant_strings
+from dcaudit.storage import constant_dictionary
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -382,9 +382,9 @@ def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evide
     n = rows.num_rows
     head = {"source": labels.source, "audit_id": labels.audit_id, "claim": claim.text, "evidence": evidence.label,
             "fiber_rule": str(evidence.rule), "model": labels.model}
-    # constant_strings, not pa.repeat(pa.scalar(...)): a pyarrow scalar from a Python value imports pandas
+    # one dictionary value per constant column (not n strings; and not pa.scalar, which imports pandas)
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
-        name: constant_strings(value, n) if value is not None else pa.nulls(n, pa.string())
+        name: constant_dictionary(value, n) if value is not None else pa.nulls(n, pa.string())
         for name, value in head.items()}
     for name, kind in CANDIDATE_COLUMNS:
         # cast only what differs: a cast loads pyarrow.compute (~0.09 s), and DuckDB's types already match

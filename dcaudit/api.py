@@ -64,7 +64,9 @@ class Frames(Mapping[str, "pl.DataFrame"]):
         if name not in self._frames:
             import polars as pl
 
-            frame = pl.from_arrow(self._arrow[name])
+            from dcaudit.storage import plain_strings
+
+            frame = pl.from_arrow(plain_strings(self._arrow[name]))  # text, as the package file reads back
             assert isinstance(frame, pl.DataFrame)
             self._frames[name] = frame
         return self._frames[name]
