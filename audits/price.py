@@ -36,8 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dcaudit import defaults
-from dcaudit.audits import arrays
+from dcaudit import arrays, defaults
 
 BASELINES = tuple(p for p in defaults.REPLAY_POLICIES if p != "certified_only")  # the fixed policies that decide all
 COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)

@@ -37,7 +37,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits import arrays  # columns from buffers, not pa.array: no pandas import
+from dcaudit import arrays  # columns from buffers, not pa.array: no pandas import
 
 BUCKETS = 4096         # equal-width buckets per histogram pass: ~2.4k values each at 1e7 rows
 EXACT_ROWS = 1 << 18   # values listed one by one in an exact pass; larger buckets are split first

@@ -87,8 +87,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit import defaults
-from dcaudit.audits import arrays
+from dcaudit import arrays, defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
 from dcaudit.audits.price import BoundCache, binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
