@@ -560,8 +560,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
               config: CompletionConfig, source: str, audit_id: str | None, n_cand: int, n_excluded: int) -> pa.Table:
     head = (f"{sql_literal(source)} AS source, {sql_literal(audit_id)} AS audit_id, {sql_literal(claim.text)} AS claim, "
             f"{sql_literal(evidence.label)} AS evidence, {sql_literal(','.join(config.probes))} AS probes, "
-            f"{sql_literal(str(evidence.rule))} AS fiber_rule, {int(config.min_support)} AS min_support, "
-            f"{float(config.calibration_fraction)!r} AS calibration_fraction, "
+            f"{sql_literal(str(evidence.rule))} AS fiber_rule, CAST({int(config.min_support)} AS BIGINT) AS min_support, "
+            f"CAST({float(config.calibration_fraction)!r} AS DOUBLE) AS calibration_fraction, "
             f"{sql_literal(config.refinement)} AS refinement, {sql_literal(config.tie_break)} AS tie_break")
     order = "CASE policy " + " ".join(f"WHEN '{p}' THEN {i}" for i, p in enumerate(ALL_POLICIES)) + " END"
     within = ("NULL::BOOLEAN" if config.budget is None
@@ -607,8 +607,8 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
           SELECT policy, step, stddev_samp(certified_fraction) / sqrt(count(*)) AS certified_fraction_se,
                  stddev_samp(false_decision_rate) / sqrt(count(*)) AS false_decision_rate_se
           FROM per_seed GROUP BY policy, step)
-        SELECT {head}, policy, policy <> 'oracle' AS deployable, CAST(step AS INTEGER) AS step,
-               probe_added, CAST(probe_added_share AS DOUBLE) AS probe_added_share, seed,
+        SELECT {head}, policy, policy <> 'oracle' AS deployable, CAST(step AS BIGINT) AS step,
+               probe_added, CAST(probe_added_share AS DOUBLE) AS probe_added_share, CAST(seed AS BIGINT) AS seed,
                CAST(n_draws AS BIGINT) AS n_draws,
                certified_fraction, certified_fraction_p10, certified_fraction_p90, certified_fraction_se,
                false_decision_rate, false_decision_rate_p10, false_decision_rate_p90, false_decision_rate_se,

@@ -8,10 +8,15 @@ as :func:`dcaudit.storage.constant_strings` and the input contract's row numbers
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+
+Kind = Literal["int64", "float64", "string", "bool", "timestamp_us"]
+_EPOCH = datetime(1970, 1, 1)
 
 
 def _validity(mask: np.ndarray | None, n: int) -> pa.Buffer | None:
@@ -113,6 +118,60 @@ def list_float64(block: np.ndarray, row_null: np.ndarray | None = None) -> pa.Ar
     child = float64(block.ravel())
     return pa.Array.from_buffers(pa.list_(pa.float64()), n, [_validity(row_null, n), pa.py_buffer(offsets)],
                                  children=[child])
+
+
+def timestamps_us(values: Sequence[datetime | None]) -> pa.Array:
+    """Datetimes as ``timestamp[us]`` (naive: wall-clock as given; aware: converted to UTC)."""
+    micros = np.fromiter(((0 if v is None else
+                           ((v.astimezone(UTC).replace(tzinfo=None) if v.tzinfo else v) - _EPOCH)
+                           // _MICROSECOND) for v in values), dtype=np.int64, count=len(values))
+    mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    return pa.Array.from_buffers(pa.timestamp("us"), len(values), [_validity(mask, len(values)), pa.py_buffer(micros)])
+
+
+_MICROSECOND = datetime(1970, 1, 1, microsecond=1) - _EPOCH
+
+
+def infer_kind(values: Iterable[object]) -> Kind:
+    """The column type of Python values: bool, int64, float64 (ints and floats), timestamp, else string."""
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return "string"
+    if kinds <= {bool}:
+        return "bool"
+    if kinds <= {int}:
+        return "int64"
+    if kinds <= {int, float}:
+        return "float64"
+    if all(issubclass(k, datetime) for k in kinds):
+        return "timestamp_us"
+    return "string"
+
+
+def column(values: Iterable[object], kind: Kind | None = None) -> pa.Array:
+    """Python values (None: NULL) as an Arrow column of ``kind`` (inferred when not given)."""
+    items = list(values)
+    kind = kind or infer_kind(items)
+    mask = np.fromiter((v is None for v in items), dtype=bool, count=len(items))
+    if kind == "string":
+        return strings([None if v is None else str(v) for v in items])
+    if kind == "timestamp_us":
+        return timestamps_us(items)  # type: ignore[arg-type]
+    if kind == "bool":
+        return boolean([bool(v) for v in items], mask)
+    if kind == "int64":
+        return int64(np.fromiter((0 if v is None else int(v) for v in items), dtype=np.int64, count=len(items)),
+                     mask)
+    return float64(np.fromiter((np.nan if v is None else float(v) for v in items), dtype=np.float64,  # type: ignore[arg-type]
+                               count=len(items)), mask)
+
+
+def table(columns: Mapping[str, Iterable[object]], kinds: Mapping[str, Kind] | None = None) -> pa.Table:
+    """Python lists as an Arrow table, column types inferred unless given in ``kinds`` (a small table:
+    the values are walked in Python; result columns of audits are built from numpy instead)."""
+    kinds = kinds or {}
+    return pa.Table.from_arrays([column(values, kinds.get(name)) for name, values in columns.items()],
+                                names=list(columns))
 
 
 # ---------------------------------------------------------------------------------------------------

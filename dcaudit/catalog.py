@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -58,9 +57,6 @@ from dcaudit.storage import (
     write_bytes_atomic,
     write_json_atomic,
 )
-
-if TYPE_CHECKING:
-    import polars as pl
 
 STORAGE_VERSION = "v1.5.0"   # the DuckDB 1.5 shell (and later) reads the catalog
 CATALOG_FORMAT = "2"         # bump when the build changes what the catalog holds: catalogs rebuild themselves
@@ -445,7 +441,7 @@ class Catalog:
                 con.execute("BEGIN TRANSACTION")
                 con.execute("CREATE TABLE runs (" + ", ".join(f"{c} {t}" for c, t in RUNS_SCHEMA) + ")")
                 if rows:
-                    con.register("_new_runs", _runs_frame(rows))
+                    con.register("_new_runs", _runs_table(rows))
                     con.execute("INSERT INTO runs SELECT * FROM _new_runs ORDER BY started_at, run_id")
                     con.unregister("_new_runs")
                 for name in CATALOG_TABLES:
@@ -925,13 +921,13 @@ def _duck_type(kind: str) -> str:
                                                       else "VARCHAR")
 
 
-def _runs_frame(rows: list[dict]) -> pl.DataFrame:
-    """The runs rows as a polars frame for DuckDB to scan. Not ``pa.Table.from_pylist``: converting Python
-    objects makes pyarrow import pandas, ~0.3 s of every command that records a run."""
-    import polars as pl
+def _runs_table(rows: list[dict]) -> pa.Table:
+    """The runs rows as an Arrow table for DuckDB to scan, built on numpy buffers (``Table.from_pylist``
+    would make pyarrow import pandas, ~0.3 s of every command that records a run)."""
+    from dcaudit.arrays import Kind, table
 
-    kinds: dict[str, pl.DataType] = {"VARCHAR": pl.String(), "TIMESTAMP": pl.Datetime("us"), "DOUBLE": pl.Float64()}
-    return pl.DataFrame(rows, schema={c: kinds[t] for c, t in RUNS_SCHEMA}, orient="row")
+    kinds: dict[str, Kind] = {"VARCHAR": "string", "TIMESTAMP": "timestamp_us", "DOUBLE": "float64"}
+    return table({c: [r.get(c) for r in rows] for c, _ in RUNS_SCHEMA}, {c: kinds[t] for c, t in RUNS_SCHEMA})
 
 
 def _record(**values: object) -> dict:

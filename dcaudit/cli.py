@@ -333,7 +333,35 @@ cli.add_command(_catalog_group)
 
 
 def main() -> None:
-    cli(prog_name="dcaudit")
+    """The console script. Once the command is done — output written, files closed, ``atexit`` handlers
+    run — the process ends with ``os._exit``: tearing the interpreter down (joining DuckDB's and Arrow's
+    thread pools, freeing every module's objects) takes 0.1–0.5 s after the work and changes nothing a
+    user can see. ``DCAUDIT_DEBUG=1`` keeps the normal exit (for tools that hook interpreter shutdown)."""
+    try:
+        cli(prog_name="dcaudit")
+        code = 0
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+    if os.environ.get("DCAUDIT_DEBUG"):
+        sys.exit(code)
+    import atexit
+    import contextlib
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (dcaudit … | head): nothing to write to
+            stream.flush()
+    os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """What ``sys.exit(code)`` would make the status: None 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

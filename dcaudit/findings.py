@@ -24,23 +24,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 
 from dcaudit.storage import read_table
 
+if TYPE_CHECKING:  # polars is imported by the functions that build frames: a plain audit never loads it
+    import polars as pl
+
 COLUMNS = ("source", "file", "row", "column", "kind", "detail", "candidate_id")
-SCHEMA: dict[str, pl.DataType] = {"source": pl.Utf8(), "file": pl.Utf8(), "row": pl.Int64(), "column": pl.Utf8(),
-                                  "kind": pl.Utf8(), "detail": pl.Utf8(), "candidate_id": pl.Utf8()}
 ARROW_SCHEMA = pa.schema([("source", pa.string()), ("file", pa.string()), ("row", pa.int64()),
                           ("column", pa.string()), ("kind", pa.string()), ("detail", pa.string()),
                           ("candidate_id", pa.string())])
 
 
+def schema() -> dict[str, pl.DataType]:
+    """The findings columns as polars types."""
+    import polars as pl
+
+    return {"source": pl.Utf8(), "file": pl.Utf8(), "row": pl.Int64(), "column": pl.Utf8(),
+            "kind": pl.Utf8(), "detail": pl.Utf8(), "candidate_id": pl.Utf8()}
+
+
 def empty() -> pl.DataFrame:
     """A findings frame with no rows."""
-    return pl.DataFrame(schema=SCHEMA)
+    import polars as pl
+
+    return pl.DataFrame(schema=schema())
 
 
 def from_rows(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
@@ -50,20 +61,26 @@ def from_rows(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
         extra = set(r) - set(COLUMNS)
         if extra:
             raise ValueError(f"not findings columns: {sorted(extra)} (the schema is {', '.join(COLUMNS)})")
-    return pl.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], schema=SCHEMA)
+    import polars as pl
+
+    return pl.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], schema=schema())
 
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` in the findings schema: the columns in order and type, absent ones NULL, others an error."""
-    extra = [c for c in frame.columns if c not in SCHEMA]
+    import polars as pl
+
+    extra = [c for c in frame.columns if c not in COLUMNS]
     if extra:
         raise ValueError(f"not findings columns: {extra} (the schema is {', '.join(COLUMNS)})")
     return frame.select([pl.col(c).cast(t) if c in frame.columns else pl.lit(None, t).alias(c)
-                         for c, t in SCHEMA.items()])
+                         for c, t in schema().items()])
 
 
 def concat(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
     """Stack findings frames (each conformed first), sorted by source, file, row, kind."""
+    import polars as pl
+
     parts = [conform(f) for f in frames]
     if not parts:
         return empty()
@@ -73,6 +90,8 @@ def concat(frames: Iterable[pl.DataFrame]) -> pl.DataFrame:
 
 def kind(issue: pl.Expr, names: Mapping[str, str] | None = None) -> pl.Expr:
     """A finding kind from a readable issue text: ``names`` where it lists the text, else a snake_case slug."""
+    import polars as pl
+
     slug = issue.str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "_").str.strip_chars("_")
     if not names:
         return slug
@@ -84,15 +103,30 @@ def to_arrow(frame: pl.DataFrame) -> pa.Table:
     return conform(frame).to_arrow().cast(ARROW_SCHEMA)
 
 
+def conform_arrow(table: pa.Table) -> pa.Table:
+    """An Arrow table of findings columns in the schema (absent columns NULL, others an error), without polars."""
+    extra = [c for c in table.column_names if c not in COLUMNS]
+    if extra:
+        raise ValueError(f"not findings columns: {extra} (the schema is {', '.join(COLUMNS)})")
+    # pa.nulls / from_arrays, not Schema.empty_table() or a cast of an empty column: those import pandas
+    columns = [table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+               for f in ARROW_SCHEMA]
+    return pa.Table.from_arrays([c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, ARROW_SCHEMA,
+                                                                                         strict=True)],
+                                schema=ARROW_SCHEMA)
+
+
 def read(path: Path | None) -> pa.Table:
     """A findings Parquet file as Arrow in the schema (no rows when ``path`` is None)."""
     if path is None:
-        return ARROW_SCHEMA.empty_table()
+        return conform_arrow(pa.Table.from_arrays([], names=[]))
     return read_table(path).select(list(COLUMNS)).cast(ARROW_SCHEMA)
 
 
 def counts(table: pa.Table | pl.DataFrame) -> list[tuple[str, int]]:
     """(kind, number of findings) for every kind present, most frequent first, then by name."""
+    import polars as pl
+
     frame = table if isinstance(table, pl.DataFrame) else pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     if frame.height == 0:

@@ -281,26 +281,42 @@ def _separator(path: Path) -> str:
 
 
 def read_csv(path: Path) -> pa.Table:
-    """A CSV (or CSV.gz, TSV) as a typed Arrow table, read once; structural problems are InputErrors."""
-    import polars as pl
+    """A CSV (or CSV.gz, TSV) as a typed Arrow table, read once; structural problems are InputErrors.
 
+    pyarrow's reader: multi-threaded, already imported for the package tables, and strict — a value late in
+    the file that does not fit the type inferred so far widens the column (to double, or text) instead of
+    being rounded into it (DuckDB's reader rounds ``1.5`` into a BIGINT column past its sample). Empty
+    fields are NULL and nothing else is ("NA" stays text, as in polars); dates, times and timestamps stay
+    text as the file writes them; a column with no value at all is text."""
     sep = _separator(path)
     text = str(path)
-    with_header = _header(path, sep)
-    check_unique_columns(with_header, text)
+    check_unique_columns(_header(path, sep), text)
     try:
-        try:
-            frame = pl.read_csv(path, separator=sep, infer_schema_length=10_000, raise_if_empty=True)
-        except pl.exceptions.ComputeError as exc:
-            if "could not parse" not in str(exc):
-                raise
-            # a value late in the file does not fit the type inferred from the first rows: infer over all rows
-            frame = pl.read_csv(path, separator=sep, infer_schema_length=None, raise_if_empty=True)
-    except pl.exceptions.NoDataError:
-        raise InputError("file has no header or data", file=text) from None
-    except Exception as exc:  # noqa: BLE001 - find where the file is broken, in the user's terms
+        table = _arrow_csv(path, sep)
+        temporal = {f.name: pa.string() for f in table.schema if pa.types.is_temporal(f.type)}
+        if temporal:  # read again with those columns as text: a cast back would not give the file's text
+            table = _arrow_csv(path, sep, temporal)
+    except (pa.ArrowInvalid, OSError, EOFError) as exc:
+        if "Empty CSV file" in str(exc):
+            raise InputError("file has no header or data", file=text) from None
         raise InputError(_csv_problem(path, sep, exc), file=text) from None
-    return frame.to_arrow()
+    if any(pa.types.is_binary(f.type) for f in table.schema):  # bytes that are not UTF-8 text
+        raise InputError(_csv_problem(path, sep, ValueError("a column holds bytes that are not UTF-8 text")),
+                         file=text)
+    for i, f in enumerate(table.schema):
+        if pa.types.is_null(f.type):
+            table = table.set_column(i, pa.field(f.name, pa.string()), table.column(i).cast(pa.string()))
+    return table
+
+
+def _arrow_csv(path: Path, sep: str, column_types: Mapping[str, pa.DataType] | None = None) -> pa.Table:
+    import pyarrow.csv as pacsv
+
+    convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
+                                   column_types=dict(column_types or {}))
+    # newlines_in_values: a quoted field may span lines (as in polars and Python's csv module)
+    parse = pacsv.ParseOptions(delimiter=sep, newlines_in_values=True)
+    return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
 
 
 def _header(path: Path, sep: str) -> list[str]:
@@ -328,12 +344,29 @@ def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
                     return (f"line {line} has {len(fields)} fields, the header has {width} "
                             f"(separator {sep!r}); fix or quote that line")
     except UnicodeDecodeError:
-        return f"line {line + 1} is not UTF-8 text; save the file as UTF-8"
+        return f"line {_first_non_utf8_line(path) or line + 1} is not UTF-8 text; save the file as UTF-8"
     except (OSError, EOFError) as err:
         return f"the file is truncated or not valid gzip ({err})"
     except csv.Error as err:
         return f"line {line + 1}: {err}"
     return f"cannot read as CSV: {str(exc).splitlines()[0][:200]}"
+
+
+def _first_non_utf8_line(path: Path) -> int | None:
+    """The first line (1-based) whose bytes are not UTF-8. The text reader decodes blocks ahead of the line
+    it hands out, so its position at the error is not the line; this reads the bytes line by line (on the
+    error path only)."""
+    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    try:
+        with raw:
+            for number, line in enumerate(raw, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    return number
+    except (OSError, EOFError):
+        return None
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------------

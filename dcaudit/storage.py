@@ -20,10 +20,13 @@ import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from dcaudit.arrays import Kind
 
 # The tables of docs/package.md, in the order a reader meets them.
 PACKAGE_TABLES = ("summary", "fibers", "candidates", "findings", "completion", "replay", "costs", "choice",
@@ -185,20 +188,13 @@ def constant_strings(value: str, n: int) -> pa.Array:
     return array if kind == pa.string() else array.cast(pa.string())
 
 
-ArrowKind = Literal["int64", "float64", "string", "bool"]
+def arrow_table(columns: Mapping[str, Sequence[object]], types: Mapping[str, Kind] | None = None) -> pa.Table:
+    """Python lists as an Arrow table (column types inferred unless given in ``types``): built on numpy
+    buffers by :func:`dcaudit.arrays.table`, since pyarrow's own conversion of Python objects (``pa.array``,
+    ``pa.table`` of lists, ``Table.from_pylist``) imports pandas to look for pandas types, ~0.3 s of a command."""
+    from dcaudit.arrays import table
 
-
-def arrow_table(columns: Mapping[str, Sequence[object]], types: Mapping[str, ArrowKind] | None = None) -> pa.Table:
-    """Python lists as an Arrow table (column types inferred unless given in ``types``).
-
-    Built by polars: pyarrow's own conversion of Python objects (``pa.array``, ``pa.table`` of lists,
-    ``Table.from_pylist``) imports pandas to look for pandas types, ~0.3 s of a command."""
-    import polars as pl
-
-    kinds = {"int64": pl.Int64, "float64": pl.Float64, "string": pl.String, "bool": pl.Boolean}
-    frame = pl.DataFrame({name: list(values) for name, values in columns.items()},
-                         schema_overrides={name: kinds[kind] for name, kind in (types or {}).items()})
-    return frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+    return table(columns, types)
 
 
 def read_table(path: Path | str) -> pa.Table:

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -427,7 +426,7 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
                 for table, parts in STAGES[section].function()(ctx).items():
                     collected.setdefault(table, []).extend(parts)
         found = [findings.read(prepared.findings)] if isinstance(prepared, PreparedSource) else []
-        found += [findings.to_arrow(findings.conform(pl.from_arrow(t))) for t in ctx.findings]  # type: ignore[arg-type]
+        found += [findings.conform_arrow(t) for t in ctx.findings]
         if found:  # what the connector and the input contract found wrong with the inputs
             collected["findings"] = found
         tables = {name: concat(parts) for name, parts in collected.items() if parts}
@@ -438,6 +437,7 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
     finally:
         if ctx is not None:
             ctx.engine.close()
+        con.close()  # now, not when garbage is collected: spill files go, and the CLI may end with os._exit
         con.close()
 
 

@@ -141,21 +141,46 @@ def test_no_report_leaves_report_html_for_later(env: dict[str, str], bench_csv: 
     assert rendered.exit_code == 0 and (out / "report.html").is_file()
 
 
-@pytest.mark.parametrize("command", ["audit", "replay"])
-def test_whole_commands_do_not_import_pandas(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize("command", ["audit", "replay", "complete"])
+def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command: str) -> None:
     """pyarrow imports pandas (~0.3 s of a command) when it converts Python or numpy values or reads
-    pandas metadata; the audit and replay commands build their tables without that."""
+    pandas metadata, and polars costs ~0.3 s to import; the audit, replay and completion commands read the
+    CSV, build, print and record their tables without either. The console script ends with os._exit, so
+    the modules are listed by an atexit handler (which main() runs first) and the exit status is checked."""
     import subprocess
     import sys
 
     csv = tmp_path / "t.csv"
-    csv.write_text("id,a,b,y\n" + "".join(f"{i},{i % 2},{i % 3},{int(i % 5 == 0)}\n" for i in range(200)))
+    csv.write_text("id,a,b,p,y\n" + "".join(f"{i},{i % 2},{i % 3},{i % 7 % 2},{int(i % 5 == 0)}\n"
+                                          for i in range(200)))
+    extra = {"audit": [], "replay": ["--seeds", "3", "--min-support", "5"],
+             "complete": ["--probes", "p", "--seeds", "2", "--min-support", "5"]}[command]
     args = [command, str(csv), "--id", "id", "--evidence", "a,b", "--claim", "y = 1", "--out", str(tmp_path / "p"),
-            "--no-report"] + (["--seeds", "3", "--min-support", "5"] if command == "replay" else [])
-    code = ("import sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-            "print('PANDAS' if 'pandas' in sys.modules else 'NO-PANDAS', file=sys.stderr)\n")
+            "--no-report", *extra]
+    code = ("import atexit, sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
+            "atexit.register(lambda: print('LOADED', [m for m in ('pandas', 'polars') if m in sys.modules], "
+            "file=sys.stderr))\nmain()\n")
     env = {**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")}
+    env.pop("DCAUDIT_DEBUG", None)
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines()[-1] == "NO-PANDAS"
+    assert out.stderr.strip().splitlines()[-1] == "LOADED []"
+    assert (tmp_path / "p" / "summary.parquet").is_file()
+
+
+def test_console_script_exit_status_and_output(tmp_path: Path) -> None:
+    """main() ends the process with os._exit: the status of a failing command (2 for bad input) and the
+    whole of its output still reach the caller."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")}
+    env.pop("DCAUDIT_DEBUG", None)
+    code = "import sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\nmain()\n"
+    missing = subprocess.run([sys.executable, "-c", code, "audit", str(tmp_path / "nope.csv"), "--evidence", "a",
+                              "--claim", "y = 1"], capture_output=True, text=True, env=env, timeout=120)
+    assert missing.returncode == 2
+    assert "nope.csv" in missing.stderr and "not found" in missing.stderr
+    helped = subprocess.run([sys.executable, "-c", code, "audit", "--help"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert helped.returncode == 0 and "--evidence" in helped.stdout and helped.stdout.endswith("\n")

@@ -137,6 +137,47 @@ def test_a_value_late_in_a_big_csv_is_still_found(env: dict[str, str], tmp_path:
                          "--claim", "y = 1"), "row 20001", "'n/a'")
 
 
+def test_csv_types_a_late_value_widens_its_column_never_rounds_into_it(tmp_path: Path) -> None:
+    """A decimal or a word far below the rows that set a column's type (several MB, past any sample or
+    first block) widens the column — to double, or to text — instead of being rounded into an integer
+    (DuckDB's CSV reader turns a late ``1.5`` into 2) or dropped."""
+    from dcaudit.inputs import read_csv
+
+    rows = "".join(f"{i},{i},{i % 2}\n" for i in range(400_000))
+    f = write_csv(tmp_path / "late-decimal.csv", f"id,x,w\n{rows}400000,1.5,abc\n")
+    assert f.stat().st_size > 4_000_000
+    table = read_csv(f)
+    assert table.schema.field("id").type == pa.int64()
+    assert table.schema.field("x").type == pa.float64()
+    assert table.column("x")[-1].as_py() == 1.5 and table.column("x")[-2].as_py() == 399_999.0
+    assert table.schema.field("w").type == pa.string() and table.column("w")[-1].as_py() == "abc"
+    assert table.num_rows == 400_001
+
+
+def test_csv_text_stays_as_written(tmp_path: Path) -> None:
+    """Dates and timestamps stay the file's text; only an empty field is NULL ("NA" is text, as in polars);
+    a quoted value may span lines; a column with no value at all is text; column names are the header's."""
+    from dcaudit.inputs import read_csv
+
+    f = write_csv(tmp_path / "text.csv", 'id,when,at,note,blank,\n1,2024-01-02,2024-01-02T13:00:00,"two\nlines",,7\n'
+                                         "2,2024-01-03,2024-01-03T14:00:00,NA,,8\n")
+    table = read_csv(f)
+    assert table.column_names == ["id", "when", "at", "note", "blank", ""]
+    assert table.column("when").to_pylist() == ["2024-01-02", "2024-01-03"]
+    assert table.column("at").to_pylist() == ["2024-01-02T13:00:00", "2024-01-03T14:00:00"]
+    assert table.column("note").to_pylist() == ["two\nlines", "NA"]
+    assert table.schema.field("blank").type == pa.string() and table.column("blank").null_count == 2
+    assert table.column("").to_pylist() == [7, 8]
+
+
+def test_a_late_non_utf8_line_is_named(env: dict[str, str], tmp_path: Path) -> None:
+    rows = "".join(f"{i},{i % 2},{i % 3 == 0:d}\n" for i in range(200_000)).encode()
+    f = tmp_path / "late-bytes.csv"
+    f.write_bytes(b"id,e1,y\n" + rows + b"200000,\xff\xfe,0\n")
+    assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
+                                     "late-bytes.csv", "line 200002", "UTF-8")
+
+
 def test_decimal_commas_are_recognised(env: dict[str, str], tmp_path: Path) -> None:
     f = write_csv(tmp_path / "euro.csv", "id;score;y\n1;0,5;1\n2;1,5;0\n")
     assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "quantile:2",
