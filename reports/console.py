@@ -42,6 +42,8 @@ def excluded_line(candidates: pa.Table | None) -> str | None:
     """'3440 of 7831 candidates excluded: evidence_missing 3390, claim_missing 50' (per audit when several)."""
     if candidates is None or "excluded_reason" not in candidates.column_names:
         return None
+    if candidates.column("excluded_reason").null_count == candidates.num_rows:  # nothing excluded: no line
+        return None
     # One polars group_by over the columns read here, in order of first appearance: no per-audit filters
     # (filtering copies every column), no pyarrow compute with a Python value or Table.group_by (both make
     # pyarrow import pandas, ~0.3 s of the command), no new DuckDB database (~0.03 s to open).

@@ -1,5 +1,6 @@
 """How package tables are written: dictionary-encoded columns read back as text, and Parquet statistics are kept
-where a reader can skip with them (run_id, numbers) and left out where they cost a decode and skip nothing."""
+where a reader can skip with them (run_id, numbers) and left out where they cost a decode and skip nothing; and
+the console's line on excluded candidates, read off the candidates table."""
 
 from __future__ import annotations
 
@@ -40,3 +41,13 @@ def test_dictionary_columns_read_back_as_their_text(tmp_path: Path) -> None:
     assert back.column("status").to_pylist() == table.column("status").to_pylist()
     assert back.column("run_id").to_pylist() == ["r1"] * 7
     assert back.column("candidate_id").to_pylist() == [f"c{i}" for i in range(7)]
+
+
+def test_the_console_has_no_excluded_line_when_nothing_is_excluded() -> None:
+    from dcaudit.reports.console import excluded_line
+
+    table = _candidates(6)
+    assert excluded_line(table) is None
+    reasons = pa.array([None, "evidence_missing", None, "claim_missing", "evidence_missing", None], pa.string())
+    with_reasons = table.set_column(table.column_names.index("excluded_reason"), "excluded_reason", reasons)
+    assert excluded_line(with_reasons) == "3 of 6 candidates excluded: evidence_missing 2, claim_missing 1"
