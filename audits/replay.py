@@ -90,7 +90,15 @@ import pyarrow as pa
 from dcaudit import arrays, defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
-from dcaudit.audits.price import BoundCache, binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
+from dcaudit.audits.price import (
+    BoundCache,
+    binomial_pvalue,
+    cost_table,
+    cp_upper,
+    holm,
+    prefetch_special,
+    price_aware_outcomes,
+)
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
@@ -1303,6 +1311,7 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
 
 def replay_stage(ctx: StageContext) -> StageTables:
     """Replay every audit named in ``[replay] audits`` (default: all of them)."""
+    prefetch_special()  # the bounds and prices need scipy.special: load it while the split passes run
     section = parse_section(ctx.spec.sections.get("replay", {}))
     tasks = {t.audit_id: t for t in ctx.spec.audits}
     chosen = section.audits if section.audits is not None else tuple(tasks)
