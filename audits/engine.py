@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from dcaudit.audits.evidence import quantile_cuts
 from dcaudit.audits.fibers import STATUS_ENUM, candidates_by_lookup, group_evidence
-from dcaudit.audits.replay import fiber_split_counts
 from dcaudit.claims import DUCKDB
 from dcaudit.errors import InputError
 from dcaudit.inputs import duckdb_message
@@ -58,6 +57,8 @@ class DuckDBEngine:
             self.con.execute(f"DROP VIEW IF EXISTS {view}")
 
     def split_counts(self, ev: EvidenceSQL, design: SplitDesign) -> dict[str, np.ndarray]:
+        from dcaudit.audits.replay import fiber_split_counts  # a replay's module: not loaded by an audit
+
         return fiber_split_counts(self.con, ev, design)
 
     def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:

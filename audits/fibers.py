@@ -418,8 +418,12 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     # a key part outside the fibers' range would alias another fiber's packed key: such a row has no fiber
     inside = " AND ".join(f"({k} IS NULL OR {k} BETWEEN {lo} AND {hi})" for k, (lo, hi) in zip(keys, ranges,
                                                                                                 strict=True))
-    sql = (f"SELECT candidate_id, _row, coalesce(CASE WHEN reason IS NULL AND {inside} THEN {pk} END, {radix}) "
-           f"AS _pk, y AS claim_value, reason AS excluded_reason FROM ({ev.sql})")
+    # Without NULLs (Parquet statistics) and a claim that cannot be undefined no candidate has a reason: the
+    # reason is not evaluated per candidate (~10 % of the scan on 8 binary columns)
+    never = _never_excluded(con, ev.relation, ev.evidence, ev.claim)
+    audited = inside if never else f"reason IS NULL AND {inside}"
+    sql = (f"SELECT candidate_id, _row, coalesce(CASE WHEN {audited} THEN {pk} END, {radix}) AS _pk, y AS claim_value"
+           f"{'' if never else ', reason AS excluded_reason'} FROM ({ev.sql})")
     kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     con.execute("SET preserve_insertion_order = true")
     try:
@@ -437,7 +441,7 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
         arrays.strings(CANDIDATE_STATUSES))
     return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
                      "claim_value": rows["claim_value"], "status": status,
-                     "excluded_reason": rows["excluded_reason"]})
+                     "excluded_reason": pa.nulls(len(codes), pa.string()) if never else rows["excluded_reason"]})
 
 
 def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:

@@ -126,3 +126,15 @@ def test_the_candidates_table_is_the_same_run_after_run(tmp_path: Path) -> None:
         if first is None:
             first = out
         assert out.equals(first)
+
+
+@pytest.mark.parametrize("claim", ["y = 1", "y / a > 0"])  # a division can be undefined: reasons are evaluated
+def test_a_table_without_nulls_gives_the_joins_rows(claim: str) -> None:
+    rows = [{"id": f"r{(5 * i) % 11}", "a": i % 3, "b": i % 2 == 1, "y": (i * 7) % 3 % 2} for i in range(11)]
+    table = pa.Table.from_pylist(rows)
+    case = (("a", "b"), "exact", "drop")
+    looked_up = _audit(table, case, claim=claim)
+    assert looked_up.equals(_audit(table, case, lookup=False, claim=claim))
+    reasons = looked_up.column("excluded_reason").to_pylist()
+    assert reasons == ([None] * 11 if claim == "y = 1" else
+                       ["claim_undefined" if r["a"] == 0 else None for r in rows])
