@@ -24,7 +24,15 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import arrays
-from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.audits.evidence import (
+    NAN_CODE_OFFSET,
+    NEG_INF_OFFSET,
+    POS_INF_OFFSET,
+    EvidenceMap,
+    EvidenceSQL,
+    bin_sql,
+    evidence_select,
+)
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import SpecError
 from dcaudit.inputs import column_types, statistics_off
@@ -422,19 +430,26 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     # reason is not evaluated per candidate (~10 % of the scan on 8 binary columns)
     never = _never_excluded(con, ev.relation, ev.evidence, ev.claim)
     audited = inside if never else f"reason IS NULL AND {inside}"
-    sql = (f"SELECT candidate_id, _row, coalesce(CASE WHEN {audited} THEN {pk} END, {radix}) AS _pk, y AS claim_value"
-           f"{'' if never else ', reason AS excluded_reason'} FROM ({ev.sql})")
+    # One quantile column: its bin is found in numpy from the value (x0), by the comparisons bin_sql makes
+    # (the number of cuts below it; codes past the last bin for NaN and ±inf), not by the CASE tree per row.
+    one_bin = ev.evidence.rule.kind == "quantile" and len(keys) == 1 and ev.evidence.columns[0] in ev.cuts
+    key = "x0 AS _x" if one_bin else f"coalesce(CASE WHEN {audited} THEN {pk} END, {radix}) AS _pk"
+    sql = (f"SELECT candidate_id, _row, {key}, y AS claim_value{'' if never else ', reason AS excluded_reason'} "
+           f"FROM ({ev.sql})")
     kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     con.execute("SET preserve_insertion_order = true")
     try:
         rows = con.sql(sql).to_arrow_table()
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
-    codes = arrays.values(rows["_pk"], np.int64)
     order = arrays.values(rows["_row"], np.int64)
     if len(order) > 1 and not bool((order[1:] > order[:-1]).all()):  # not expected: DuckDB kept the scan order
-        perm = np.argsort(order, kind="stable")
-        rows, codes = rows.take(arrays.int64(perm)), codes[perm]
+        rows = rows.take(arrays.int64(np.argsort(order, kind="stable")))
+    if one_bin:
+        codes = _bin_codes(rows["_x"], ev.cuts[ev.evidence.columns[0]], ranges[0], radix,
+                           None if never else ~arrays.valid(rows["excluded_reason"]))
+    else:
+        codes = arrays.values(rows["_pk"], np.int64)
     fiber_key = fiber_of[codes]
     status = pa.DictionaryArray.from_arrays(
         pa.Array.from_buffers(pa.uint8(), len(codes), [None, pa.py_buffer(np.ascontiguousarray(status_of[codes]))]),
@@ -442,6 +457,25 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
                      "claim_value": rows["claim_value"], "status": status,
                      "excluded_reason": pa.nulls(len(codes), pa.string()) if never else rows["excluded_reason"]})
+
+
+def _bin_codes(x: pa.ChunkedArray, cuts: list[float], bins: tuple[int, int], radix: int,
+               audited: np.ndarray | None) -> np.ndarray:
+    """Packed keys of one quantile column (its code - lo + 1, 0 for NULL; ``radix`` for a candidate that is
+    not ``audited`` or whose bin lies outside the fibers' range ``bins``) from the values ``x``: a bin is the
+    number of cuts strictly below the value, NaN / +inf / -inf have the codes after the last bin, as in
+    :func:`dcaudit.audits.evidence.bin_sql`."""
+    values, valid = arrays.values(x, np.float64), arrays.valid(x)
+    k = len(cuts)
+    code = np.searchsorted(np.asarray(sorted(cuts), dtype=np.float64), values, side="left").astype(np.int64)
+    code[np.isnan(values)] = k + NAN_CODE_OFFSET
+    code[values == np.inf] = k + POS_INF_OFFSET
+    code[values == -np.inf] = k + NEG_INF_OFFSET
+    lo, hi = bins
+    ok = ~valid | ((code >= lo) & (code <= hi))
+    if audited is not None:
+        ok &= audited
+    return np.where(ok, np.where(valid, code - lo + 1, 0), radix)
 
 
 def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:

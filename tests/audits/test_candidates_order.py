@@ -4,6 +4,7 @@ glob), and the same table run after run."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import duckdb
@@ -23,7 +24,7 @@ ROW = st.fixed_dictionaries({
     "a": st.none() | st.integers(-3, 3),
     "b": st.none() | st.booleans(),
     "c": st.none() | st.integers(-(2**40), 2**40),
-    "x": st.none() | st.floats(-5, 5, allow_nan=False),
+    "x": st.none() | st.floats(-5, 5, allow_nan=False) | st.sampled_from([math.nan, math.inf, -math.inf, 0.5, 1.0]),
     "s": st.none() | st.sampled_from(["p", "q"]),
     "y": st.none() | st.integers(0, 1),
 })
@@ -54,7 +55,7 @@ def _ids(rows: list[dict]) -> list[str]:
     return [f"c{(7 * i + 3) % (len(rows) + 5):03d}-{i}" for i in range(len(rows))]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rows=st.lists(ROW, min_size=1, max_size=40), case=st.sampled_from(CASES))
 def test_candidates_come_in_row_order_and_the_lookup_gives_the_joins_rows(rows: list[dict], case: tuple) -> None:
     table = pa.Table.from_pylist([{**r, "id": i} for r, i in zip(rows, _ids(rows), strict=True)], schema=SCHEMA)
