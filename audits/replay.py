@@ -675,9 +675,11 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
             fiber_sql = " + ".join(terms)
         else:
             radix, fiber_sql = 0, f"CAST(dense_rank() OVER (ORDER BY {', '.join(ev.key_columns)}) AS BIGINT)"
-        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t} "
-                           "WHERE reason IS NULL").fetchnumpy()
-        n_excluded = 0 if _never_excluded(con, relation, evidence, claim) else int(
+        # no candidate can be excluded (no NULLs, no division): the reason is not evaluated per candidate
+        never = _never_excluded(con, relation, evidence, claim)
+        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t}"
+                           + ("" if never else " WHERE reason IS NULL")).fetchnumpy()
+        n_excluded = 0 if never else int(
             con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
         threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
     except duckdb.Error as exc:
