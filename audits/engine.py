@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit.audits.evidence import quantile_cuts
-from dcaudit.audits.fibers import group_evidence
-from dcaudit.audits.replay import fiber_split_counts
+from dcaudit.audits.fibers import STATUS_ENUM, candidates_by_lookup, group_evidence
 from dcaudit.claims import DUCKDB
 from dcaudit.errors import InputError
 from dcaudit.inputs import duckdb_message
@@ -58,15 +57,22 @@ class DuckDBEngine:
             self.con.execute(f"DROP VIEW IF EXISTS {view}")
 
     def split_counts(self, ev: EvidenceSQL, design: SplitDesign) -> dict[str, np.ndarray]:
+        from dcaudit.audits.replay import fiber_split_counts  # a replay's module: not loaded by an audit
+
         return fiber_split_counts(self.con, ev, design)
 
     def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
+        # small-integer keys of an input with row numbers (every file and frame but a Parquet glob): one scan in
+        # row order and a lookup of the packed key, no join and no sort
+        rows = candidates_by_lookup(self.con, ev, fibers)
+        if rows is not None:
+            return rows
         on = " AND ".join(f"e.{k} IS NOT DISTINCT FROM f.{k}" for k in ev.key_columns)
         return self.con.sql(
-            f"""SELECT e.candidate_id, f.fiber_key, e.y AS claim_value, coalesce(f.status, 'excluded') AS status,
-                       e.reason AS excluded_reason
+            f"""SELECT e.candidate_id, f.fiber_key, e.y AS claim_value,
+                       CAST(coalesce(f.status, 'excluded') AS {STATUS_ENUM}) AS status, e.reason AS excluded_reason
                 FROM ({ev.sql}) e LEFT JOIN {fibers} f ON e.reason IS NULL AND {on}
-                ORDER BY e.candidate_id"""
+                ORDER BY {'e._row' if ev.has_row else 'e.candidate_id'}"""
         ).to_arrow_table()
 
     def close(self) -> None:

@@ -115,7 +115,7 @@ def _search_sql(col: str, cuts: list[float], lo: int, hi: int, dialect: SqlDiale
 
 def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, emap: EvidenceMap,
                     claim: Claim, available: list[str], *, types: Mapping[str, str] | None = None,
-                    engine: Engine | None = None) -> EvidenceSQL:
+                    engine: Engine | None = None, with_row: bool = False) -> EvidenceSQL:
     """SQL for the evidence of every candidate: fiber-key parts ``k0..``, claim ``y`` and an exclusion reason.
 
     ``x0`` carries the raw first evidence column so fiber tables can show the observed range of a bin.
@@ -125,7 +125,9 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
 
     The checks and column types come from ``relation`` in ``con`` (the driver's DuckDB, where every input is
     registered). The SQL is written for ``engine`` (default: DuckDB on ``con``): in its dialect, over its
-    name of the relation, with quantile cuts computed by it — one builder for every engine.
+    name of the relation, with quantile cuts computed by it — one builder for every engine. ``with_row`` adds
+    ``_row``, the input's data row (``__row``), when the relation has one (``has_row``): the candidates table is
+    in that order.
     """
     shown = [c for c in available if c != ROW]
     check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
@@ -174,13 +176,15 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     reasons.append(f"WHEN ({y_sql}) IS NULL THEN 'claim_undefined'")
     first = q(emap.columns[0])
     x0 = d.try_double(first) if emap.rule.kind != "exact" else d.null_double
+    has_row = with_row and ROW in types
     sql = (
         f"SELECT CAST({q(id_column)} AS {d.text_type}) AS candidate_id, {', '.join(parts)}, "
-        f"{x0} AS x0, CAST({y_sql} AS BOOLEAN) AS y, "
+        f"{x0} AS x0, CAST({y_sql} AS BOOLEAN) AS y, {f'{q(ROW)} AS _row, ' if has_row else ''}"
         f"CASE {' '.join(reasons)} END AS reason "
         f"FROM {source}"
     )
     key_types = tuple(types.get(c, "") if emap.rule.kind == "exact" else ("INTEGER" if emap.rule.kind == "quantile"
                                                                             else "BIGINT") for c in emap.columns)
     return EvidenceSQL(sql=sql, key_columns=keys, cuts=cuts, evidence=emap, claim=claim, relation=relation,
-                       claim_sql=y_sql, label=label_of(relation), key_types=key_types, groups=groups)
+                       claim_sql=y_sql, label=label_of(relation), key_types=key_types, groups=groups,
+                       has_row=has_row)

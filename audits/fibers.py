@@ -24,7 +24,15 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import arrays
-from dcaudit.audits.evidence import NEG_INF_OFFSET, EvidenceMap, EvidenceSQL, bin_sql, evidence_select
+from dcaudit.audits.evidence import (
+    NAN_CODE_OFFSET,
+    NEG_INF_OFFSET,
+    POS_INF_OFFSET,
+    EvidenceMap,
+    EvidenceSQL,
+    bin_sql,
+    evidence_select,
+)
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import SpecError
 from dcaudit.inputs import column_types, statistics_off
@@ -371,9 +379,103 @@ def summary_table(fibers: pa.Table, n_excluded: int, *, labels: AuditLabels, cla
     return pa.table(columns)
 
 
-# The candidates table after the engine's join: every candidate's fiber and status (docs/package.md).
+# Every status a candidate can have: a fiber's (status_sql), then excluded. The candidates table holds it as a
+# dictionary over these values (DuckDB's ENUM of them gives the same Arrow type): one byte a candidate instead of
+# a string, and the package file stores a dictionary page either way (it reads back as text).
+CANDIDATE_STATUSES = (*_STATUSES, "excluded")
+STATUS_TYPE = pa.dictionary(pa.uint8(), pa.string())
+STATUS_ENUM = "ENUM(" + ", ".join(sql_literal(s) for s in CANDIDATE_STATUSES) + ")"
+
+# The candidates table after the engine's pass: every candidate's fiber and status (docs/package.md), in the
+# input's row order (``__row``), or by candidate_id for an input without one (a Parquet glob).
 CANDIDATE_COLUMNS = (("candidate_id", pa.string()), ("fiber_key", pa.int64()), ("claim_value", pa.bool_()),
-                     ("status", pa.string()), ("excluded_reason", pa.string()))
+                     ("status", STATUS_TYPE), ("excluded_reason", pa.string()))
+
+_LOOKUP_LIMIT = 1 << 22  # largest packed-key space looked up in numpy (an int64 and a uint8 per slot: 36 MB)
+
+
+def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers: str) -> pa.Table | None:
+    """Every candidate with its fiber without a join or a sort, when the keys are small integers and the
+    input numbers its rows (``ev.has_row``); None otherwise (the caller joins and orders instead).
+
+    One scan in row order (a single-table SELECT, which DuckDB keeps in insertion order when asked to) gives
+    each audited candidate its packed key (:func:`packed_terms`, over the ranges of the few fibers); numpy
+    maps packed keys to fiber_key and status through a table indexed by packed key. A candidate with an
+    exclusion reason, or whose key no fiber has, is ``excluded`` with no fiber, as the join's LEFT JOIN gives.
+    The row numbers come back too: should they not be ascending, the rows are put in their order.
+    """
+    keys = ev.key_columns
+    if not ev.has_row or len(ev.key_types) != len(keys) or not all(
+            str(t).upper() in _INTEGER_TYPES for t in ev.key_types):
+        return None
+    bounds = ", ".join(f"min(CAST({k} AS BIGINT)), max(CAST({k} AS BIGINT))" for k in keys)
+    row = con.execute(f"SELECT {bounds} FROM {fibers}").fetchall()[0]
+    ranges = [(int(lo), int(hi)) if lo is not None else (0, 0) for lo, hi in zip(row[::2], row[1::2], strict=True)]
+    terms, radix = packed_terms(keys, ranges)
+    if radix > _LOOKUP_LIMIT:
+        return None
+    pk = " + ".join(terms)
+    statuses = ", ".join(sql_literal(s) for s in CANDIDATE_STATUSES)
+    fib = con.execute(f"SELECT {pk} AS pk, fiber_key, CAST(list_position([{statuses}], status) - 1 AS UTINYINT) "
+                      f"AS st FROM {fibers}").fetchnumpy()
+    fiber_of = np.full(radix + 1, -1, dtype=np.int64)  # slot radix: no fiber (excluded)
+    status_of = np.full(radix + 1, len(_STATUSES), dtype=np.uint8)
+    slots = np.asarray(fib["pk"], dtype=np.int64)
+    fiber_of[slots] = np.asarray(fib["fiber_key"], dtype=np.int64)
+    status_of[slots] = np.asarray(fib["st"], dtype=np.uint8)
+    # a key part outside the fibers' range would alias another fiber's packed key: such a row has no fiber
+    inside = " AND ".join(f"({k} IS NULL OR {k} BETWEEN {lo} AND {hi})" for k, (lo, hi) in zip(keys, ranges,
+                                                                                                strict=True))
+    # Without NULLs (Parquet statistics) and a claim that cannot be undefined no candidate has a reason: the
+    # reason is not evaluated per candidate (~10 % of the scan on 8 binary columns)
+    never = _never_excluded(con, ev.relation, ev.evidence, ev.claim)
+    audited = inside if never else f"reason IS NULL AND {inside}"
+    # One quantile column: its bin is found in numpy from the value (x0), by the comparisons bin_sql makes
+    # (the number of cuts below it; codes past the last bin for NaN and ±inf), not by the CASE tree per row.
+    one_bin = ev.evidence.rule.kind == "quantile" and len(keys) == 1 and ev.evidence.columns[0] in ev.cuts
+    key = "x0 AS _x" if one_bin else f"coalesce(CASE WHEN {audited} THEN {pk} END, {radix}) AS _pk"
+    sql = (f"SELECT candidate_id, _row, {key}, y AS claim_value{'' if never else ', reason AS excluded_reason'} "
+           f"FROM ({ev.sql})")
+    kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        rows = con.sql(sql).to_arrow_table()
+    finally:
+        con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
+    order = arrays.values(rows["_row"], np.int64)
+    if len(order) > 1 and not bool((order[1:] > order[:-1]).all()):  # not expected: DuckDB kept the scan order
+        rows = rows.take(arrays.int64(np.argsort(order, kind="stable")))
+    if one_bin:
+        codes = _bin_codes(rows["_x"], ev.cuts[ev.evidence.columns[0]], ranges[0], radix,
+                           None if never else ~arrays.valid(rows["excluded_reason"]))
+    else:
+        codes = arrays.values(rows["_pk"], np.int64)
+    fiber_key = fiber_of[codes]
+    status = pa.DictionaryArray.from_arrays(
+        pa.Array.from_buffers(pa.uint8(), len(codes), [None, pa.py_buffer(np.ascontiguousarray(status_of[codes]))]),
+        arrays.strings(CANDIDATE_STATUSES))
+    return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
+                     "claim_value": rows["claim_value"], "status": status,
+                     "excluded_reason": pa.nulls(len(codes), pa.string()) if never else rows["excluded_reason"]})
+
+
+def _bin_codes(x: pa.ChunkedArray, cuts: list[float], bins: tuple[int, int], radix: int,
+               audited: np.ndarray | None) -> np.ndarray:
+    """Packed keys of one quantile column (its code - lo + 1, 0 for NULL; ``radix`` for a candidate that is
+    not ``audited`` or whose bin lies outside the fibers' range ``bins``) from the values ``x``: a bin is the
+    number of cuts strictly below the value, NaN / +inf / -inf have the codes after the last bin, as in
+    :func:`dcaudit.audits.evidence.bin_sql`."""
+    values, valid = arrays.values(x, np.float64), arrays.valid(x)
+    k = len(cuts)
+    code = np.searchsorted(np.asarray(sorted(cuts), dtype=np.float64), values, side="left").astype(np.int64)
+    code[np.isnan(values)] = k + NAN_CODE_OFFSET
+    code[values == np.inf] = k + POS_INF_OFFSET
+    code[values == -np.inf] = k + NEG_INF_OFFSET
+    lo, hi = bins
+    ok = ~valid | ((code >= lo) & (code <= hi))
+    if audited is not None:
+        ok &= audited
+    return np.where(ok, np.where(valid, code - lo + 1, 0), radix)
 
 
 def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:
@@ -422,7 +524,7 @@ def audit_fibers(
         raise ValueError("the engine must finish its passes on the connection that holds the relation")
     types = column_types(con, relation)  # one DESCRIBE: evidence_select and the grouping reuse the types
     ev: EvidenceSQL = evidence_select(con, relation, id_column, evidence, claim, list(types), types=types,
-                                      engine=engine)
+                                      engine=engine, with_row=with_candidates)
     tag = next(_counter)
     grp_t, fib_t = f"_grp_{tag}", f"_fib_{tag}"
     # One grouping pass over the evidence (excluded rows in their own groups); the per-candidate columns

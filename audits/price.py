@@ -43,6 +43,32 @@ COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)
 INTERVAL_LEVEL = 0.95
 
 
+_prefetching: list[object] = []  # the background import, once per process
+
+
+def prefetch_special() -> None:
+    """Start importing ``scipy.special`` on a background thread, once per process.
+
+    The import takes ~0.35 s (most of it scipy's array-API layer, not the functions used here), more than a
+    1e6-candidate replay's split pass. Started when a replay stage begins, it overlaps that pass: DuckDB and
+    numpy's large-array loops release the GIL. :func:`cp_upper` and the others import it as before; Python's
+    import lock makes them wait for a load still under way, and a failed load is theirs to report."""
+    import contextlib
+    import sys
+    import threading
+
+    if _prefetching or "scipy.special" in sys.modules:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the caller's own import raises it where it is needed
+            import scipy.special  # noqa: F401
+
+    thread = threading.Thread(target=load, name="dcaudit-import-scipy-special", daemon=True)
+    _prefetching.append(thread)
+    thread.start()
+
+
 def cp_upper(k: np.ndarray, n: np.ndarray, delta: float | np.ndarray) -> np.ndarray:
     """One-sided Clopper–Pearson upper bound on a rate, k events in n trials, confidence 1 − delta."""
     from scipy.special import betaincinv  # scipy.stats costs a second to import; this does not

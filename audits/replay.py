@@ -90,7 +90,15 @@ import pyarrow as pa
 from dcaudit import arrays, defaults
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, _key_ranges, _never_excluded, packed_terms
-from dcaudit.audits.price import BoundCache, binomial_pvalue, cost_table, cp_upper, holm, price_aware_outcomes
+from dcaudit.audits.price import (
+    BoundCache,
+    binomial_pvalue,
+    cost_table,
+    cp_upper,
+    holm,
+    prefetch_special,
+    price_aware_outcomes,
+)
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
@@ -667,9 +675,11 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
             fiber_sql = " + ".join(terms)
         else:
             radix, fiber_sql = 0, f"CAST(dense_rank() OVER (ORDER BY {', '.join(ev.key_columns)}) AS BIGINT)"
-        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t} "
-                           "WHERE reason IS NULL").fetchnumpy()
-        n_excluded = 0 if _never_excluded(con, relation, evidence, claim) else int(
+        # no candidate can be excluded (no NULLs, no division): the reason is not evaluated per candidate
+        never = _never_excluded(con, relation, evidence, claim)
+        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t}"
+                           + ("" if never else " WHERE reason IS NULL")).fetchnumpy()
+        n_excluded = 0 if never else int(
             con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
         threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
     except duckdb.Error as exc:
@@ -1303,6 +1313,7 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
 
 def replay_stage(ctx: StageContext) -> StageTables:
     """Replay every audit named in ``[replay] audits`` (default: all of them)."""
+    prefetch_special()  # the bounds and prices need scipy.special: load it while the split passes run
     section = parse_section(ctx.spec.sections.get("replay", {}))
     tasks = {t.audit_id: t for t in ctx.spec.audits}
     chosen = section.audits if section.audits is not None else tuple(tasks)

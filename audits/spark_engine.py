@@ -40,7 +40,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
+from dcaudit.audits.fibers import STATUS_ENUM, AuditLabels, FiberAudit, audit_fibers
 from dcaudit.audits.replay import (
     ReplayConfig,
     fiber_replay,
@@ -261,15 +261,17 @@ class SparkEngine:
         try:  # one row per fiber: broadcast to the candidates
             rows = self._collect(
                 f"SELECT /*+ BROADCAST(f) */ e.candidate_id, f.fiber_key, e.y AS claim_value, "
-                f"coalesce(f.status, 'excluded') AS status, e.reason AS excluded_reason "
+                f"coalesce(f.status, 'excluded') AS status, e.reason AS excluded_reason{', e._row' if ev.has_row else ''} "
                 f"FROM ({ev.sql}) e LEFT JOIN {view} f ON e.reason IS NULL AND {on}", ev)
         finally:
             self.spark.catalog.dropTempView(view)
-        # ordered on the driver by DuckDB, as the DuckDB engine orders them
+        # ordered on the driver by DuckDB, as the DuckDB engine orders them (input row order, else by id)
         name = f"_spark_candidates_{self._tag}_{next(_counter)}"
         self.con.register(name, rows)
         try:
-            return self.con.sql(f"SELECT * FROM {name} ORDER BY candidate_id").to_arrow_table()
+            return self.con.sql(
+                f"SELECT candidate_id, fiber_key, claim_value, CAST(status AS {STATUS_ENUM}) AS status, excluded_reason "
+                f"FROM {name} ORDER BY {'_row' if ev.has_row else 'candidate_id'}").to_arrow_table()
         finally:
             self.con.unregister(name)
 

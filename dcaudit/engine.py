@@ -66,8 +66,10 @@ class Engine(Protocol):
 
     def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
         """Every candidate with its fiber: candidate_id, fiber_key, claim_value, status ('excluded' when
-        ``reason`` is set or no fiber matches), excluded_reason — ordered by candidate_id. ``fibers`` is a
-        table in ``con`` with the key parts, fiber_key and status of every audited fiber."""
+        ``reason`` is set or no fiber matches; a dictionary over ``dcaudit.audits.fibers.CANDIDATE_STATUSES``),
+        excluded_reason — in the input's row order (``_row`` of ``ev.sql`` when ``ev.has_row``), else ordered
+        by candidate_id. ``fibers`` is a table in ``con`` with the key parts, fiber_key and status of every
+        audited fiber."""
         ...
 
     def close(self) -> None:

@@ -103,7 +103,7 @@ class EvidenceMap:
 
 @dataclass(frozen=True)
 class EvidenceSQL:
-    """The SELECT that turns a source relation into (candidate_id, k0..kn, x0, y, reason), written for the
+    """The SELECT that turns a source relation into (candidate_id, k0..kn, x0, y, reason[, _row]), written for the
     engine that runs it (``sql`` reads that engine's name of the source), with what it was built from:
     ``relation`` is the source as the driver's DuckDB knows it, ``evidence`` / ``claim`` the map and claim."""
 
@@ -120,3 +120,5 @@ class EvidenceSQL:
     # a one-column quantile rule's grouped evidence (key, audited, n, n_true, lo, hi), from the passes that
     # selected its cut points on the DuckDB engine: the grouping uses it instead of another scan
     groups: pa.Table | None = None
+    # the SELECT also gives ``_row``, the input's 1-based data row (``__row``): the candidates table's order
+    has_row: bool = False

@@ -163,7 +163,8 @@ def constant_dictionary(value: str, n: int) -> pa.Array:
     back as plain text everywhere (DuckDB, polars, pyarrow)."""
     import numpy as np
 
-    indices = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.zeros(n, dtype=np.int32))])
+    # one-byte indices: a quarter of the memory of int32 ones, and a third less time to write (1e6 rows: 9 -> 6 ms)
+    indices = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(np.zeros(n, dtype=np.int8))])
     return pa.DictionaryArray.from_arrays(indices, constant_strings(value, 1))
 
 
@@ -244,6 +245,16 @@ def conform(name: str, table: pa.Table) -> pa.Table:
     return table
 
 
+def statistics_columns(table: pa.Table) -> list[str]:
+    """The columns whose Parquet statistics (min/max) are written: all but the candidate ids and the
+    dictionary-encoded text columns other than ``run_id``. pyarrow computes a dictionary column's min/max by
+    decoding every row (~0.02 s a column at 1e6 rows; a third of writing the candidates table), and neither
+    can skip anything: ids are unordered, and the constant columns hold one value per audit. ``run_id`` keeps
+    them, so a query over every run's files can skip the files of other runs."""
+    return [f.name for f in table.schema if f.name == "run_id"
+            or (f.name != "candidate_id" and not pa.types.is_dictionary(f.type))]
+
+
 def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], manifest: Mapping[str, object],
                   *, replace_existing: bool = False, finalize: Callable[[Path], None] | None = None) -> Path:
     """Write ``tables`` (name -> Arrow table) and ``manifest.json`` to ``target`` atomically.
@@ -271,7 +282,8 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
             # No dictionary for the id column: every id is distinct, and trying costs twice the plain encoding.
             # No Arrow schema: dictionary-encoded constant columns read back as plain text.
             pq.write_table(table, partial / f"{name}.parquet", compression="zstd", store_schema=False,
-                           use_dictionary=[c for c in table.column_names if c != "candidate_id"])
+                           use_dictionary=[c for c in table.column_names if c != "candidate_id"],
+                           write_statistics=statistics_columns(table))
             counts[name] = table.num_rows
         files = {f"{name}.parquet": sha256_file(partial / f"{name}.parquet") for name in tables}
         full_manifest = {**manifest, "run_id": run_id, "row_counts": counts, "files": files}

@@ -43,6 +43,8 @@ def excluded_line(candidates: pa.Table | None, audit_order: Sequence[str] = ()) 
     in ``audit_order``, then by name)."""
     if candidates is None or "excluded_reason" not in candidates.column_names:
         return None
+    if candidates.column("excluded_reason").null_count == candidates.num_rows:  # nothing excluded: no line
+        return None
     rank = {name: i for i, name in enumerate(audit_order)}
     counts = sorted(_group_counts(candidates), key=lambda c: (rank.get(str(c[0]), len(rank)), str(c[0])))
     totals: dict[str, int] = {}

@@ -241,6 +241,56 @@ def test_kept_duplicates_are_reported_as_findings() -> None:
     assert r.summary["n_candidates"].to_list() == [5]
 
 
+INTEGER_IDS = {
+    "rising": list(range(10, 110)),
+    "shuffled": [(7 * i) % 100 for i in range(100)],
+    "sparse": [i * 10**12 for i in range(100)],                      # beyond the perfect hash range
+    "sparse shuffled": [((7 * i) % 100) * 10**12 for i in range(100)],
+    "repeat adjacent": [*range(50), 49, *range(50, 99)],
+    "repeat far": [*range(99), 0],
+    "repeat sparse": [*(i * 10**12 for i in range(99)), 5 * 10**12],
+    "more ids than values": [i % 60 for i in range(100)],
+    "null": [*range(40), None, *range(41, 100)],
+}
+
+
+@pytest.mark.parametrize("layout", list(INTEGER_IDS))
+@pytest.mark.parametrize("duplicates", ["error", "keep"])
+@pytest.mark.parametrize("as_file", [True, False])
+def test_integer_ids_are_checked_as_the_full_check_does(layout: str, duplicates: str, as_file: bool, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integer ids take a shortcut (Parquet statistics, ids rising in row order, DuckDB's perfect hash
+    aggregate): the same error, the same findings, or None, as the full count(DISTINCT) check."""
+    import duckdb
+
+    from dcaudit import inputs
+
+    ids = INTEGER_IDS[layout]
+    table = pa.table({"id": pa.array(ids, pa.int64()), "y": pa.array([i % 2 for i in range(len(ids))], pa.int8())})
+    if as_file:
+        pq.write_table(table, tmp_path / "t.parquet", row_group_size=32)
+
+    def check(shortcut: bool) -> object:
+        con = duckdb.connect()
+        view = inputs.register_input(con, tmp_path / "t.parquet" if as_file else table).view
+        with monkeypatch.context() as mp:
+            if not shortcut:
+                mp.setattr(inputs, "_unique_integers", lambda *args: False)
+            try:
+                found = inputs.check_ids(con, view, "id", duplicates=duplicates, claim_sql='"y" = 1', source="s")
+            except InputError as exc:
+                return ("error", str(exc))
+        return None if found is None else found.to_pylist()
+
+    assert check(True) == check(False)
+    unique = layout in ("rising", "shuffled", "sparse", "sparse shuffled")
+    assert (check(True) is None) == unique
+    con = duckdb.connect()
+    view = inputs.register_input(con, tmp_path / "t.parquet" if as_file else table).view
+    # proven without count(DISTINCT): rising ids always, shuffled ones within the perfect hash range
+    assert inputs._unique_integers(con, view, '"id"', "BIGINT") == (layout in ("rising", "shuffled", "sparse"))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Broken files
 

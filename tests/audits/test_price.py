@@ -293,3 +293,15 @@ def test_pipeline_writes_costs_and_mode_comparison(settings, tmp_path) -> None: 
     assert any("Holm" in n for n in result.notes)
     got = Catalog(settings).query("SELECT count(*) AS n FROM costs WHERE seed IS NULL AND policy = 'price_aware'")
     assert got.to_pylist()[0]["n"] == len(spec.sections["replay"].get("prices", [0] * 8))
+
+
+def test_scipy_special_loaded_in_the_background_gives_the_same_bounds() -> None:
+    """The replay stage starts importing scipy.special on a thread; the bounds wait for it and are unchanged."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from dcaudit.audits import price; price.prefetch_special(); price.prefetch_special(); "
+            "assert len(price._prefetching) <= 1; "
+            "print(repr(price.cp_upper(np.array([0, 3, 7]), np.array([10, 50, 7]), 0.05).tolist()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == repr(cp_upper(np.array([0, 3, 7]), np.array([10, 50, 7]), 0.05).tolist())

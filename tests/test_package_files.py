@@ -1,0 +1,53 @@
+"""How package tables are written: dictionary-encoded columns read back as text, and Parquet statistics are kept
+where a reader can skip with them (run_id, numbers) and left out where they cost a decode and skip nothing; and
+the console's line on excluded candidates, read off the candidates table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dcaudit import arrays
+from dcaudit.storage import constant_dictionary, read_table, statistics_columns, write_package
+
+
+def _candidates(n: int) -> pa.Table:
+    status = pa.DictionaryArray.from_arrays(pa.array([i % 3 for i in range(n)], pa.uint8()),
+                                            arrays.strings(["certified_true", "ambiguous", "excluded"]))
+    return pa.table({"source": constant_dictionary("src.csv", n), "audit_id": constant_dictionary("a", n),
+                     "candidate_id": [f"c{i}" for i in range(n)], "fiber_key": pa.array(range(n), pa.int64()),
+                     "claim_value": [i % 2 == 0 for i in range(n)], "status": status,
+                     "excluded_reason": pa.nulls(n, pa.string())})
+
+
+def test_statistics_are_written_for_run_id_and_plain_columns_only(tmp_path: Path) -> None:
+    table = _candidates(10)
+    assert statistics_columns(table) == ["fiber_key", "claim_value", "excluded_reason"]
+    write_package(tmp_path / "p", "r1", {"candidates": table}, {})
+    meta = pq.ParquetFile(tmp_path / "p" / "candidates.parquet").metadata.row_group(0)
+    names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+    has = {name: meta.column(i).is_stats_set for i, name in enumerate(names)}
+    assert has["run_id"] and has["fiber_key"] and has["claim_value"]
+    assert not has["candidate_id"] and not has["status"] and not has["audit_id"]
+
+
+def test_dictionary_columns_read_back_as_their_text(tmp_path: Path) -> None:
+    table = _candidates(7)
+    write_package(tmp_path / "p", "r1", {"candidates": table}, {})
+    back = read_table(tmp_path / "p" / "candidates.parquet")
+    assert back.schema.field("status").type == pa.string() and back.schema.field("run_id").type == pa.string()
+    assert back.column("status").to_pylist() == table.column("status").to_pylist()
+    assert back.column("run_id").to_pylist() == ["r1"] * 7
+    assert back.column("candidate_id").to_pylist() == [f"c{i}" for i in range(7)]
+
+
+def test_the_console_has_no_excluded_line_when_nothing_is_excluded() -> None:
+    from dcaudit.reports.console import excluded_line
+
+    table = _candidates(6)
+    assert excluded_line(table) is None
+    reasons = pa.array([None, "evidence_missing", None, "claim_missing", "evidence_missing", None], pa.string())
+    with_reasons = table.set_column(table.column_names.index("excluded_reason"), "excluded_reason", reasons)
+    assert excluded_line(with_reasons) == "3 of 6 candidates excluded: evidence_missing 2, claim_missing 1"
