@@ -355,12 +355,26 @@ def claim_sql(claim: Claim, types: Mapping[str, str], dialect: SqlDialect = DUCK
     computes is NaN (DuckDB orders NaN above every number, so ``NaN > 0.5`` would be TRUE). Operands of
     the wrong kind (text compared with a number, arithmetic on text, ``and`` over a number) are a
     ClaimError naming the column, before anything reaches DuckDB.
+
+    It is also NULL where a column it reads is empty, even when the rest would decide it (``p = 1 or
+    q = 1`` with ``q`` empty): such a candidate is ``claim_missing``, and every pass that reads the claim's
+    value — fiber counts, quantile cut points, the candidates table, the replays — leaves out the same rows.
     """
     sql, kind = _typed(claim.tree, types, claim.text, dialect)
     if kind != "bool":
         raise ClaimError(f"claim {claim.text!r} is {_WORDS[kind]}, not true/false: compare it, e.g. "
                          f"'{claim.text} = 1'")
+    if claim.columns and not _null_propagating(claim.tree):
+        empty = " OR ".join(f"{dialect.identifier(c)} IS NULL" for c in claim.columns)
+        return f"CASE WHEN {empty} THEN NULL ELSE {sql} END"
     return sql
+
+
+def _null_propagating(node: Node) -> bool:
+    """True when the expression is NULL wherever a column it reads is NULL: comparisons, arithmetic and
+    ``not`` all propagate NULL (``"SR-p53" = 1``, ``gap + 0.1 > e_hull``); ``and`` / ``or`` can decide
+    without the NULL operand (``false and NULL`` is false)."""
+    return node.kind not in {"and", "or"} and all(_null_propagating(c) for c in node.children)
 
 
 def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCKDB) -> tuple[str, str]:

@@ -367,3 +367,22 @@ def test_nan_in_a_parquet_file_is_seen_despite_its_statistics(tmp_path: Path) ->
     assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"c": "evidence_nan"}
     r = dcaudit.audit(path, evidence="y", claim="score > 0.5", id="id")
     assert dict(r.excluded().select("candidate_id", "excluded_reason").iter_rows()) == {"b": "claim_undefined"}
+
+
+@pytest.mark.parametrize("rule", ["exact", "quantile:2", "width:1"])
+@pytest.mark.parametrize("claim", ["p = 1 or q = 1", "p = 1 and q = 1", "not (p = 1 or q = 1)"])
+def test_a_claim_over_an_empty_column_is_missing_in_every_table(rule: str, claim: str) -> None:
+    """``p = 1 or q = 1`` with ``q`` empty is true in SQL, but the candidate reads an empty column:
+    claim_missing. The fiber counts, the summary and the candidates table must leave out the same rows
+    (the grouping passes read the claim's value, the candidates table the reason)."""
+    frame = pl.DataFrame({"id": list(range(12)), "e": [i % 3 for i in range(12)],
+                          "p": [1, 0, 1, 0, 0, 1, None, 1, 0, 1, 0, 1],
+                          "q": [None, 0, 0, 1, 0, None, 1, 1, None, 0, 0, 1]})
+    result = dcaudit.audit(frame, id="id", evidence=["e"], claim=claim, fiber_rule=rule, report=False)
+    summary = result.summary.row(0, named=True)
+    candidates = result.tables["candidates"]
+    excluded = candidates.filter(pl.col("status") == "excluded")
+    assert summary["n_excluded"] == excluded.height == 4
+    assert set(excluded["excluded_reason"]) == {"claim_missing"}
+    assert excluded["claim_value"].null_count() == excluded.height
+    assert summary["n_candidates"] == candidates.height - excluded.height == result.tables["fibers"]["n"].sum()
