@@ -187,7 +187,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         _percent(ax)
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
-    ax.set_title(title, loc="left", fontsize=9, fontweight="bold")
+    ax.set_title(title, loc="left", fontsize=9, fontweight="bold", y=1.0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     return _render(fig, kind, title)
 
@@ -239,7 +239,7 @@ def stacked_bars(bars: Sequence[StackedBar], *, title: str, colours: dict[str, s
     if percent:
         ax.set_xlim(0, 1)
         _percent(ax, "x")
-    ax.set_title(title, loc="left", fontsize=9, fontweight="bold", pad=18)
+    ax.set_title(title, loc="left", fontsize=9, fontweight="bold", y=1.0, pad=18)
     return _render(fig, kind, title)
 
 
@@ -264,7 +264,7 @@ def interval_chart(rows: Sequence[Interval], *, title: str, x_label: str, percen
     if percent:
         _percent(ax, "x")
     ax.set_xlabel(x_label)
-    ax.set_title(title, loc="left", fontsize=9, fontweight="bold")
+    ax.set_title(title, loc="left", fontsize=9, fontweight="bold", y=1.0)
     return _render(fig, kind, title)
 
 
@@ -297,5 +297,5 @@ def fiber_sizes(sizes: dict[str, Sequence[int]], *, title: str, kind: str = "fib
     ax.set_xlabel("fiber size (candidates)")
     ax.set_ylabel("fibers")
     ax.legend(loc="upper right", fontsize=7)
-    ax.set_title(title, loc="left", fontsize=9, fontweight="bold")
+    ax.set_title(title, loc="left", fontsize=9, fontweight="bold", y=1.0)
     return _render(fig, kind, title)
