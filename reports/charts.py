@@ -3,7 +3,9 @@
 Why matplotlib: it is already installed with the materials stack (pymatgen needs it), renders SVG
 offline with no browser or JavaScript runtime, and its SVG output is deterministic once the date is
 dropped and the id salt fixed (a re-rendered report is byte-identical). Text stays text
-(``svg.fonttype = none``), so a chart costs 10–40 KB rather than the glyph outlines' 100 KB.
+(``svg.fonttype = none``), so a chart costs 10–40 KB rather than the glyph outlines' 100 KB. A chart is
+drawn once and cropped by its viewBox, and matplotlib is imported without pyplot: the report is the
+default output of every audit, so its time counts (docs/performance.md, *The report*).
 
 Every chart is a ``<figure class="chart" data-chart=KIND>`` holding one ``<svg>``. The SVG's ids are
 prefixed per chart (several charts share one HTML document), and the marks tests look for carry ids
