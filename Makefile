@@ -18,6 +18,9 @@ help:  ## list the targets
 	.venv/bin/pip install -q --disable-pip-version-check uv
 	$(UV) pip install -q --compile-bytecode --python $(PY) -r requirements.lock
 	$(UV) pip install -q --python $(PY) --no-deps -e .
+	@# matplotlib scans the system fonts into a cache file on its first import (0.3-0.6 s here, seconds
+	@# with many fonts installed): build it now rather than in the first report
+	$(PY) -c "import matplotlib.font_manager"
 	touch $@
 
 install: .venv/.installed  ## create .venv/ from the lock file (every extra, spark included)

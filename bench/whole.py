@@ -116,7 +116,7 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
                               "--seeds", "10", "--min-support", "50"],
             "polars-script": [PY, str(peers / "replay_polars.py"), m6, "--evidence", ev, "--claim-column", "y",
                               "--seeds", "10", "--min-support", "50"]},
-        # The default command writes report.html too (matplotlib charts, ~0.2 s each): timed on its own.
+        # The default command writes report.html too (three matplotlib charts, ~0.75 s in all): timed on its own.
         "whole:tox21_audit:report": {
             "dcaudit-cli": [DCAUDIT, "audit", tox, "--id", "mol_id", "--evidence", TOX21_NR, "--claim", '"SR-p53" = 1',
                             "--out", str(out / "dh"), "--force"]},

@@ -160,7 +160,7 @@ def column(values: Iterable[object], kind: Kind | None = None) -> pa.Array:
     if kind == "bool":
         return boolean([bool(v) for v in items], mask)
     if kind == "int64":
-        return int64(np.fromiter((0 if v is None else int(v) for v in items), dtype=np.int64, count=len(items)),
+        return int64(np.fromiter((0 if v is None else int(v) for v in items), dtype=np.int64, count=len(items)),  # type: ignore[call-overload]
                      mask)
     return float64(np.fromiter((np.nan if v is None else float(v) for v in items), dtype=np.float64,  # type: ignore[arg-type]
                                count=len(items)), mask)

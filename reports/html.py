@@ -146,8 +146,11 @@ def _present(pkg: Package, name: str, wanted: Iterable[str]) -> list[str]:
 
 def _select(pkg: Package, name: str, wanted: Iterable[str], where: str = "TRUE", order: str = "") -> pa.Table:
     cols = _present(pkg, name, wanted)
-    # drop columns that are entirely NULL (e.g. model in a single-model audit) to keep tables narrow
-    non_null = [c for c in cols if pkg.sql(f'SELECT count("{c}") FROM {name} WHERE {where}').column(0)[0].as_py()]
+    # drop columns that are entirely NULL (e.g. model in a single-model audit) to keep tables narrow;
+    # one query counts them all (a query a column cost ~2 ms each, ~20 columns a table)
+    counts = pkg.con.sql(f"SELECT {', '.join(f'count({chr(34)}{c}{chr(34)})' for c in cols)} FROM {name} "
+                         f"WHERE {where}").fetchall()[0] if cols else ()
+    non_null = [c for c, n in zip(cols, counts, strict=True) if n]
     q = f"SELECT {', '.join(f'{chr(34)}{c}{chr(34)}' for c in non_null) or '*'} FROM {name} WHERE {where}"
     return pkg.sql(q + (f" ORDER BY {order}" if order else ""))
 

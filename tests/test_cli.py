@@ -141,11 +141,12 @@ def test_no_report_leaves_report_html_for_later(env: dict[str, str], bench_csv: 
     assert rendered.exit_code == 0 and (out / "report.html").is_file()
 
 
-@pytest.mark.parametrize("command", ["audit", "replay", "complete"])
+@pytest.mark.parametrize("command", ["audit", "audit+report", "replay", "complete"])
 def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command: str) -> None:
     """pyarrow imports pandas (~0.3 s of a command) when it converts Python or numpy values or reads
     pandas metadata, and polars costs ~0.3 s to import; the audit, replay and completion commands read the
-    CSV, build, print and record their tables without either. The console script ends with os._exit, so
+    CSV, build, print and record their tables without either, and so does the default audit's report.html
+    (``audit+report``: DuckDB queries and matplotlib charts). The console script ends with os._exit, so
     the modules are listed by an atexit handler (which main() runs first) and the exit status is checked."""
     import subprocess
     import sys
@@ -153,10 +154,11 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     csv = tmp_path / "t.csv"
     csv.write_text("id,a,b,p,y\n" + "".join(f"{i},{i % 2},{i % 3},{i % 7 % 2},{int(i % 5 == 0)}\n"
                                           for i in range(200)))
+    name, _, report = command.partition("+")
     extra = {"audit": [], "replay": ["--seeds", "3", "--min-support", "5"],
-             "complete": ["--probes", "p", "--seeds", "2", "--min-support", "5"]}[command]
-    args = [command, str(csv), "--id", "id", "--evidence", "a,b", "--claim", "y = 1", "--out", str(tmp_path / "p"),
-            "--no-report", *extra]
+             "complete": ["--probes", "p", "--seeds", "2", "--min-support", "5"]}[name]
+    args = [name, str(csv), "--id", "id", "--evidence", "a,b", "--claim", "y = 1", "--out", str(tmp_path / "p"),
+            *([] if report else ["--no-report"]), *extra]
     code = ("import atexit, sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
             "atexit.register(lambda: print('LOADED', [m for m in ('pandas', 'polars') if m in sys.modules], "
             "file=sys.stderr))\nmain()\n")
@@ -166,6 +168,7 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == "LOADED []"
     assert (tmp_path / "p" / "summary.parquet").is_file()
+    assert (tmp_path / "p" / "report.html").is_file() == bool(report)
 
 
 def test_console_script_exit_status_and_output(tmp_path: Path) -> None:

@@ -76,6 +76,9 @@ def test_charts_are_self_contained_svg_with_ids_of_their_own() -> None:
     for out in (a, b, charts.interval_chart([charts.Interval("p", 0.5, 0.2, 0.8)], title="t", x_label="v"),
                 charts.fiber_sizes({"ambiguous": [3678, 203, 5], "certified_false": [1, 2, 22]}, title="s")):
         assert out.startswith('<figure class="chart"') and "<?xml" not in out and "<metadata" not in out
+        # drawn once, cropped to the tight box by the viewBox: its size is the size the page gives the chart
+        size = re.search(r'<svg [^>]*width="([\d.]+)pt" height="([\d.]+)pt" viewBox="([-\d. ]+)"', out)
+        assert size and [float(v) for v in size.group(3).split()[2:]] == [float(size.group(1)), float(size.group(2))]
         assert not re.search(r"""(href|src)\s*=\s*["']?(https?:|//)""", out)
         assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", out))
     assert "no data" in charts.line_chart([], title="t", x_label="x", y_label="y")
