@@ -47,6 +47,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dcaudit.claims import quote_string
 from dcaudit.config import Settings
 from dcaudit.errors import DcauditError, RunLockedError
 from dcaudit.storage import (
@@ -434,9 +435,15 @@ class Catalog:
         _remove_stale_temporaries(target, self.records_dir)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
-            # Stored in a format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
-            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
+            # Attached to the process's DuckDB (opening a database of its own costs ~0.03 s more), in a
+            # format the DuckDB 1.5 command-line shell can read too (`duckdb catalog.duckdb`).
+            from dcaudit.engine import shared_connection
+
+            con = shared_connection()
+            alias = f"catalog_build_{os.getpid()}_{time.monotonic_ns()}"
+            con.execute(f"ATTACH {quote_string(str(tmp))} AS {alias} (STORAGE_VERSION '{STORAGE_VERSION}')")
             try:
+                con.execute(f"USE {alias}")
                 # One transaction: each autocommitted statement would write and sync the WAL on its own.
                 con.execute("BEGIN TRANSACTION")
                 con.execute("CREATE TABLE runs (" + ", ".join(f"{c} {t}" for c, t in RUNS_SCHEMA) + ")")
@@ -458,8 +465,12 @@ class Catalog:
                 if pairs:
                     con.executemany("INSERT INTO left_out VALUES (?, ?)", pairs)
                 con.execute("COMMIT")
-                con.execute("CHECKPOINT")
+                con.execute(f"CHECKPOINT {alias}")
             finally:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")  # only when a statement above failed mid-transaction
+                con.execute("USE memory")
+                con.execute(f"DETACH {alias}")
                 con.close()
             os.replace(tmp, target)   # readers holding the old file keep their snapshot
             with contextlib.suppress(OSError):
