@@ -93,14 +93,15 @@ def check_unique_columns(names: list[str] | tuple[str, ...], label: str) -> None
 # ------------------------------------------------------------------------------------------------------------
 # Registration.
 
-def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str | None = None) -> RegisteredInput:
+def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str | None = None,
+                   text_columns: tuple[str, ...] = ()) -> RegisteredInput:
     """Register ``data`` in ``con`` as a view named after it; see the module docstring for what is checked.
 
     ``data``: a path (CSV, CSV.gz, TSV, Parquet, or a Parquet glob), a polars DataFrame or LazyFrame, a
     pandas DataFrame, a pyarrow Table, RecordBatchReader or Dataset, or a DuckDB relation.
     """
     if isinstance(data, str | Path):
-        return _register_path(con, Path(data), label)
+        return _register_path(con, Path(data), label, text_columns)
     table, kind = _as_arrow(data)
     name = label or kind
     if isinstance(table, pa.Table):
@@ -186,7 +187,8 @@ def _arrow_sha256(table: pa.Table) -> str:
     return sink.h.hexdigest()
 
 
-def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None) -> RegisteredInput:
+def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None,
+                   text_columns: tuple[str, ...] = ()) -> RegisteredInput:
     text = str(path)
     name = label or text
     if any(ch in path.name for ch in "*?["):
@@ -210,7 +212,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, *{drop} EXCLUDE (file_row_number) "
                                 f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)", text)
     elif lower.endswith(CSV_SUFFIXES):
-        table = read_csv(path)
+        table = read_csv(path, text_columns)
         if ROW in table.column_names:
             table = table.drop([ROW])
         table = table.append_column(ROW, _row_numbers(table.num_rows))
@@ -280,22 +282,25 @@ def _separator(path: Path) -> str:
     return best if counts[best] > 0 else ","
 
 
-def read_csv(path: Path) -> pa.Table:
+def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
     """A CSV (or CSV.gz, TSV) as a typed Arrow table, read once; structural problems are InputErrors.
 
     pyarrow's reader: multi-threaded, already imported for the package tables, and strict — a value late in
     the file that does not fit the type inferred so far widens the column (to double, or text) instead of
     being rounded into it (DuckDB's reader rounds ``1.5`` into a BIGINT column past its sample). Empty
     fields are NULL and nothing else is ("NA" stays text, as in polars); dates, times and timestamps stay
-    text as the file writes them; a column with no value at all is text."""
+    text as the file writes them; a column with no value at all is text. ``text_columns`` (the candidate id)
+    are read as text: an id ``007`` stays ``007``, where a number would make it ``7``."""
     sep = _separator(path)
     text = str(path)
-    check_unique_columns(_header(path, sep), text)
+    header = _header(path, sep)
+    check_unique_columns(header, text)
+    as_text = {c: pa.string() for c in text_columns if c in header}
     try:
-        table = _arrow_csv(path, sep)
+        table = _arrow_csv(path, sep, as_text)
         temporal = {f.name: pa.string() for f in table.schema if pa.types.is_temporal(f.type)}
         if temporal:  # read again with those columns as text: a cast back would not give the file's text
-            table = _arrow_csv(path, sep, temporal)
+            table = _arrow_csv(path, sep, as_text | temporal)
     except (pa.ArrowInvalid, OSError, EOFError) as exc:
         if "Empty CSV file" in str(exc):
             raise InputError("file has no header or data", file=text) from None

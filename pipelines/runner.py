@@ -534,7 +534,9 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
     registered: dict[str, RegisteredInput] = {}
     files: dict[str, Path] = {}  # view -> the Parquet behind it, which another engine can read itself
     if isinstance(prepared, UserSource):
-        registered[prepared.name] = register_input(con, prepared.data, label=prepared.label)
+        # the id column is read from a CSV as text: an id 007 stays 007
+        registered[prepared.name] = register_input(con, prepared.data, label=prepared.label,
+                                                   text_columns=(spec.id_column,))
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
     else:

@@ -386,3 +386,12 @@ def test_a_claim_over_an_empty_column_is_missing_in_every_table(rule: str, claim
     assert set(excluded["excluded_reason"]) == {"claim_missing"}
     assert excluded["claim_value"].null_count() == excluded.height
     assert summary["n_candidates"] == candidates.height - excluded.height == result.tables["fibers"]["n"].sum()
+
+
+def test_csv_ids_keep_their_text(tmp_path: Path) -> None:
+    """An id column of digits is read as text: ``007`` stays ``007`` (a number would make it ``7``, and
+    the package would name a candidate the user's file does not have)."""
+    f = write_csv(tmp_path / "ids.csv", "id,e,y\n007,0,1\n010,0,1\n7,1,0\n")
+    result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+    assert sorted(result.tables["candidates"]["candidate_id"]) == ["007", "010", "7"]
+    assert result.summary["n_candidates"][0] == 3
