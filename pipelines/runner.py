@@ -413,6 +413,8 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
     timings = {} if timings is None else timings
     validate_spec(spec)
     check_engine(engine)
+    for section in spec.sections:  # slow imports a stage needs start now, beside reading the source
+        STAGES[section].warm_up()
     con = connect(settings)
     ctx: StageContext | None = None
     try:

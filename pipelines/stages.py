@@ -26,11 +26,19 @@ class Stage:
     check: Callable[[Mapping[str, Any], PipelineSpec], None] | None = None  # deeper validation
     # engines whose candidate passes the stage uses; under any other the stage runs on DuckDB, with a note
     engines: tuple[str, ...] = ("duckdb",)
+    # "module:function" called when a run with this section starts, before the source is read: it starts
+    # slow imports the stage will need on a background thread (the replay's scipy.special, ~0.35 s)
+    warm: str | None = None
 
     def function(self) -> Callable[[StageContext], StageTables]:
         module, name = self.run.split(":")
         fn: Callable[[StageContext], StageTables] = getattr(importlib.import_module(module), name)
         return fn
+
+    def warm_up(self) -> None:
+        if self.warm is not None:
+            module, name = self.warm.split(":")
+            getattr(importlib.import_module(module), name)()
 
 
 def _audit_names(section: str, chosen: object, spec: PipelineSpec) -> None:
@@ -67,7 +75,7 @@ def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
 
 STAGES: dict[str, Stage] = {
     "replay": Stage("dcaudit.audits.replay:replay_stage", "dcaudit.audits.replay:_SECTION_KEYS", _check_replay,
-                    engines=("duckdb", "spark")),
+                    engines=("duckdb", "spark"), warm="dcaudit.audits.price:prefetch_special"),
     "completion": Stage("dcaudit.audits.completion:completion_stage", "dcaudit.audits.completion:_SECTION_KEYS",
                         _check_completion),
     "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
