@@ -395,3 +395,12 @@ def test_csv_ids_keep_their_text(tmp_path: Path) -> None:
     result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
     assert sorted(result.tables["candidates"]["candidate_id"]) == ["007", "010", "7"]
     assert result.summary["n_candidates"][0] == 3
+
+
+def test_a_byte_order_mark_is_not_part_of_the_id_column_name(tmp_path: Path) -> None:
+    """Spreadsheet exports start with a UTF-8 byte order mark: ``--id id`` still names the first column,
+    which is read as text."""
+    f = tmp_path / "bom.csv"
+    f.write_bytes(b"\xef\xbb\xbfid,e,y\n007,0,1\n2,1,0\n")
+    result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+    assert sorted(result.tables["candidates"]["candidate_id"]) == ["007", "2"]
