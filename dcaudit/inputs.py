@@ -53,7 +53,6 @@ class RegisteredInput:
     columns: tuple[str, ...]       # the user's columns, in order (without ``__row``)
     types: Mapping[str, str] = field(default_factory=dict)  # column -> DuckDB type
     n_rows: int = 0
-    inputs: Mapping[str, str] = field(default_factory=dict)  # input name -> sha256 (manifest, cache key)
     has_row: bool = True           # False for Parquet globs (no single data-row numbering)
 
 
@@ -102,21 +101,19 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     """
     if isinstance(data, str | Path):
         return _register_path(con, Path(data), label, text_columns)
-    table, kind = _as_arrow(data)
+    table, kind = as_arrow(data)
     name = label or kind
     if isinstance(table, pa.Table):
         check_unique_columns(table.column_names, name)
         if ROW in table.column_names:
             table = table.drop([ROW])
         table = table.append_column(ROW, _row_numbers(table.num_rows))
-        digest = _arrow_sha256(table)
     else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here
         check_unique_columns(table.schema.names, name)
-        digest = hashlib.sha256(str(table.schema).encode()).hexdigest()
     view = view_name(name)
     con.register(f"_arrow_{_safe(name)}", table)
     con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}")
-    return _described(con, view, name, {name: digest}, has_row=isinstance(table, pa.Table))
+    return _described(con, view, name, has_row=isinstance(table, pa.Table))
 
 
 def input_digests(data: object, label: str | None = None) -> dict[str, str]:
@@ -126,7 +123,7 @@ def input_digests(data: object, label: str | None = None) -> dict[str, str]:
         if any(ch in path.name for ch in "*?["):
             return {f.name: sha256_file(f) for f in sorted(path.parent.glob(path.name))}
         return {path.name: sha256_file(check_file(path))}
-    table, kind = _as_arrow(data)
+    table, kind = as_arrow(data)
     if not isinstance(table, pa.Table):
         return {label or kind: hashlib.sha256(str(table.schema).encode()).hexdigest()}
     return {label or kind: _arrow_sha256(table)}
@@ -136,8 +133,10 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)[:60] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def _as_arrow(data: object) -> tuple[pa.Table, str]:
-    """Any frame-like object as Arrow (zero-copy where the library allows) and what to call it."""
+def as_arrow(data: object) -> tuple[pa.Table, str]:
+    """Any frame-like object as Arrow (zero-copy where the library allows) and what to call it. A run converts
+    a frame once (:func:`dcaudit.pipelines.runner.prepare_source`): its digest and its audit then see the same
+    rows, and a polars LazyFrame is collected once, not per use."""
     module = type(data).__module__.split(".")[0]
     kind = type(data).__name__
     if isinstance(data, pa.Table):
@@ -201,7 +200,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
             _parquet_schema(check_file(f))
         view = view_name(name)
         _create_view(con, view, f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)", name)
-        return _described(con, view, name, {f.name: sha256_file(f) for f in files}, has_row=False)
+        return _described(con, view, name, has_row=False)
     path = check_file(path)
     lower = path.name.lower()
     view = view_name(name)
@@ -220,7 +219,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         _create_view(con, view, f"SELECT * FROM {quote_identifier(f'_csv_{_safe(name)}')}", text)
     else:
         raise InputError(f"unknown file type; use one of {', '.join(SUFFIXES)}", file=text)
-    return _described(con, view, name, {path.name: sha256_file(path)})
+    return _described(con, view, name)
 
 
 def _row_numbers(n: int) -> pa.Array:
@@ -239,7 +238,7 @@ def _create_view(con: duckdb.DuckDBPyConnection, view: str, select: str, label: 
         raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
 
 
-def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, inputs: Mapping[str, str], *,
+def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, *,
                has_row: bool = True) -> RegisteredInput:
     try:
         described = con.execute(f"DESCRIBE {view}").fetchall()
@@ -249,7 +248,7 @@ def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, inputs: Ma
     if n == 0:
         raise InputError("no data rows", file=label)
     types = {r[0]: str(r[1]) for r in described if r[0] != ROW}
-    return RegisteredInput(view, label, tuple(types), types, int(n), dict(inputs), has_row)
+    return RegisteredInput(view, label, tuple(types), types, int(n), has_row)
 
 
 def _parquet_schema(path: Path) -> list[str]:

@@ -52,6 +52,7 @@ from dcaudit.inputs import (
     PARQUET_SUFFIXES,
     ROW,
     RegisteredInput,
+    as_arrow,
     check_ids,
     input_digests,
     label_of,
@@ -389,6 +390,8 @@ _SOURCE_KEYS = ("connector", "path", "id", "duplicates")
 
 def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) -> PreparedSource | UserSource:
     if data is not None:
+        if not isinstance(data, str | Path):
+            data = as_arrow(data)[0]  # once: the digest and the audit read the same rows (a LazyFrame runs once)
         return UserSource(spec.source, data, spec.source)
     path = Path(spec.source)
     if path.suffix or path.exists() or any(ch in path.name for ch in "*?["):

@@ -88,6 +88,21 @@ def test_a_parquet_glob_and_a_duckdb_relation(tmp_path: Path) -> None:
     assert from_glob.summary["n_mixed_fibers"].to_list() == [1]
 
 
+def test_a_lazy_frame_is_collected_once_per_run(tmp_path: Path) -> None:
+    """A recorded run's input digest and its audit read one collection of a LazyFrame, not one each."""
+    calls = []
+
+    def counted(frame: pl.DataFrame) -> pl.DataFrame:
+        calls.append(frame.height)
+        return frame
+
+    lazy = pl.LazyFrame({"id": [f"c{i}" for i in range(30)], "e": [i % 3 for i in range(30)],
+                         "y": [int(i % 3 == 0) for i in range(30)]}).map_batches(counted)
+    result = dcaudit.audit(lazy, evidence="e", claim="y = 1", id="id", out=tmp_path / "package")
+    assert len(calls) == 1, calls
+    assert result.summary["certified_true"].to_list() == [10]
+
+
 rows_strategy = st.lists(
     st.fixed_dictionaries({
         "e1": st.sampled_from([0, 1, None]), "e2": st.sampled_from([0.5, 1.5, float("nan"), None]),
