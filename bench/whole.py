@@ -4,7 +4,7 @@ polars scripts doing the same work (bench/peers/), each a fresh process under ``
 ``dcaudit-cli`` / ``pandas-script`` / ``polars-script``; ``ratio_vs_pandas`` is the pandas script's
 wall time over this row's, and settings carry CPU seconds, the CPU ratio and the command.
 
-    .venv/bin/python bench/whole.py                 # Tox21 audit, replay, completion; JARVIS replay; 1e6 audits
+    .venv/bin/python bench/whole.py                 # Tox21 audit, replay, completion; JARVIS replay; 1e6, 1e7 audits
     .venv/bin/python bench/whole.py --only tox21_audit --repeat 5
 
 Python byte-code must be cached for fair start-up numbers (a user's installed package has it):
@@ -130,6 +130,16 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
             "pandas-script": [PY, str(peers / "complete_pandas.py"), tox, "--evidence", TOX21_NR, "--claim-column",
                               "SR-p53", "--probes", TOX21_PROBES, "--seeds", "20", "--min-support", "50"]},
     }
+    # Ten times the rows: the fixed costs (imports, the catalog) fade, writing the candidates table dominates.
+    if only is None or "whole:audit_exact_1e7" in only:
+        m7 = str(dataset(10_000_000))
+        table["whole:audit_exact_1e7"] = {
+            "dcaudit-cli": [DCAUDIT, "audit", m7, "--id", "candidate_id", "--evidence", ev, "--claim", "y = 1",
+                            "--out", str(out / "de7"), "--force", "--no-report"],
+            "pandas-script": [PY, str(peers / "audit_pandas.py"), m7, "--id", "candidate_id", "--evidence", ev,
+                              "--claim-column", "y", "--out", str(out / "pe7")],
+            "polars-script": [PY, str(peers / "audit_polars.py"), m7, "--id", "candidate_id", "--evidence", ev,
+                              "--claim-column", "y", "--out", str(out / "le7")]}
     if only is None or "whole:jarvis_replay:50" in only:
         spec, jarvis = jarvis_spec(out)
         table["whole:jarvis_replay:50"] = {
