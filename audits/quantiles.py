@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import arrays  # columns from buffers, not pa.array: no pandas import
+from dcaudit.engine import memory_limit_bytes
 
 BUCKETS = 4096         # equal-width buckets per histogram pass: ~2.4k values each at 1e7 rows
 EXACT_ROWS = 1 << 18   # values listed one by one in an exact pass; larger buckets are split first
@@ -229,13 +229,8 @@ class Hint:
 def _materialise(con: duckdb.DuckDBPyConnection, rows: int) -> bool:
     """Copy (code, x, y) into a temp table when it takes at most a quarter of DuckDB's memory limit: the
     source is read once (not twice), the histogram groups by a stored code, the exact pass scans memory."""
-    text = str(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
-    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", text)
-    if not m:
-        return rows <= 1 << 26
-    units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "KiB": 2**10,
-             "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
-    return rows * _ROW_BYTES <= float(m.group(1)) * units.get(m.group(2), 1) / 4
+    limit = memory_limit_bytes(con)
+    return rows <= 1 << 26 if limit is None else rows * _ROW_BYTES <= limit / 4
 
 
 def _np(result: dict[str, np.ndarray], name: str, dtype: type = np.int64) -> np.ndarray:

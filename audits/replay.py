@@ -100,6 +100,7 @@ from dcaudit.audits.price import (
     price_aware_outcomes,
 )
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
+from dcaudit.engine import memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
@@ -647,8 +648,7 @@ _FAST_BYTES_PER_CANDIDATE = 48  # id hash, packed key, claim, their fiber-sorted
 def _fits_in_memory(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
     """The numpy split counts hold ~48 bytes per candidate: within the memory limit, else the SQL pass
     (which streams candidates × seeds within DuckDB's limit, spilling if it must)."""
-    limit = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchall()
-    limit_bytes = _bytes(limit[0][0]) if limit else None
+    limit_bytes = memory_limit_bytes(con)
     if not limit_bytes:
         return True
     n = int(con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0])
@@ -1090,24 +1090,13 @@ _BYTES_PER_CANDIDATE_SEED = 4  # the split list (Arrow) and its numpy matrix cop
 def check_seeds_fit(con: duckdb.DuckDBPyConnection, relation: str, seeds: int) -> None:
     """A window replay holds a (candidate, seed) matrix: refuse seeds that cannot fit the memory limit."""
     n = con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0]
-    limit = con.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'").fetchall()
-    limit_bytes = _bytes(limit[0][0]) if limit else None
+    limit_bytes = memory_limit_bytes(con)
     need = int(n) * int(seeds) * _BYTES_PER_CANDIDATE_SEED
     if limit_bytes and need > limit_bytes:
         fit = max(1, limit_bytes // max(1, int(n) * _BYTES_PER_CANDIDATE_SEED))
+        limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
         raise SpecError(f"replay: {seeds} seeds over {n} candidates need about {need / 2**30:.1f} GiB, more than "
-                        f"the memory limit ({limit[0][0]}); use at most {fit} seeds or raise --memory-limit")
-
-
-def _bytes(text: str) -> int | None:
-    import re
-
-    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", str(text))
-    if not m:
-        return None
-    units = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20,
-             "GiB": 2**30, "TiB": 2**40, "PB": 10**15, "PiB": 2**50}
-    return int(float(m.group(1)) * units.get(m.group(2), 1))
+                        f"the memory limit ({limit}); use at most {fit} seeds or raise --memory-limit")
 
 
 def _split_matrix(h: np.ndarray, cfg: ReplayConfig) -> np.ndarray:

@@ -142,11 +142,12 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
                               "--claim-column", "y", "--out", str(out / "le7")]}
     if only is None or "whole:jarvis_replay:50" in only:
         spec, jarvis = jarvis_spec(out)
+        window_args = [jarvis, "--x", JARVIS_X, "--reference", JARVIS_REF, "--label-column", JARVIS_LABEL,
+                       "--label-gt", "1.0", "--model-column", "model", "--seeds", "50", "--min-support", "5"]
         table["whole:jarvis_replay:50"] = {
             "dcaudit-cli": [DCAUDIT, "run", spec, "--force", "--no-report"],
-            "pandas-script": [PY, str(peers / "window_replay_pandas.py"), jarvis, "--x", JARVIS_X, "--reference",
-                              JARVIS_REF, "--label-column", JARVIS_LABEL, "--label-gt", "1.0", "--model-column",
-                              "model", "--seeds", "50", "--min-support", "5"]}
+            "pandas-script": [PY, str(peers / "window_replay_pandas.py"), *window_args],
+            "polars-script": [PY, str(peers / "window_replay_polars.py"), *window_args]}
     return table
 
 

@@ -115,6 +115,22 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     return con
 
 
+_BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "KiB": 2**10,
+               "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+
+
+def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The connection's ``memory_limit`` in bytes (DuckDB reports it as text, e.g. ``7.4 GiB``), or None
+    when it cannot be read as a size: callers then keep their default."""
+    import re
+
+    text = str(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+    m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", text)
+    if not m or m.group(2) not in _BYTE_UNITS:
+        return None
+    return int(float(m.group(1)) * _BYTE_UNITS[m.group(2)])
+
+
 def _safe(text: str) -> str:
     """Settings are pasted into SET statements, which take no parameters: refuse quotes."""
     if "'" in text or ";" in text:
