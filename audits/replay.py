@@ -1400,8 +1400,9 @@ def mode_metrics(by_mode: dict[str, pa.Table], cfg: ReplayConfig) -> pa.Table:
 
 def price_notes(costs: pa.Table, audit_id: str) -> list[str]:
     """One line per replay: where price_aware is significantly costlier than the best fixed policy, if anywhere."""
-    rows = [r for r in costs.to_pylist() if r["seed"] is None and r["policy"] == "price_aware"
-            and r["model"] is None]
+    # the pooled mean rows only: not every (price, policy, seed, model) row as Python objects (JARVIS: 25k, 0.17 s)
+    pooled = np.flatnonzero(~arrays.valid(costs["seed"]) & ~arrays.valid(costs["model"]))
+    rows = [r for i in pooled for r in costs.slice(int(i), 1).to_pylist() if r["policy"] == "price_aware"]
     if not rows:
         return []
     worse = [f"{r['price']:g} (+{r['diff_vs_best']:.2g} per candidate)" for r in rows

@@ -25,8 +25,10 @@ from dcaudit.audits.replay import (
     fiber_replay,
     parse_section,
     parse_tolerance,
+    price_notes,
     replay_windows,
     window_counts,
+    window_replay,
 )
 from dcaudit.claims import parse_claim
 from dcaudit.errors import InputError, SpecError
@@ -384,6 +386,28 @@ def test_window_replay_models_and_pooled_summary() -> None:
     assert summary[("good", "certify_then_acquire")]["acquisitions_p90"] == pytest.approx(np.quantile(good, 0.9))
     assert pooled["acquisitions"] == pytest.approx(np.mean(
         [summary[(m, "certify_then_acquire")]["acquisitions"] for m in ("good", "bad")]))
+
+
+def test_price_notes_read_the_pooled_rows_of_the_costs_table() -> None:
+    """The note reads only the pooled mean rows (seed and model NULL) of price_aware; checked against the
+    same note computed from every row as Python objects, on a per-model window replay."""
+    rng = np.random.default_rng(11)
+    n = 400
+    ref = rng.normal(size=n)
+    rows = {"id": [f"m{i}" for i in range(n)] * 2, "model": ["good"] * n + ["bad"] * n,
+            "x": list(ref + rng.normal(scale=0.05, size=n)) + list(ref + rng.normal(scale=0.6, size=n)),
+            "y": list((ref > 0.2).astype(int)) * 2}
+    costs = window_replay(_con(pa.table(rows)), "t", id_column="id", window=WindowSpec("x", parse_tolerance(0.1)),
+                          claim=parse_claim("y = 1"), config=ReplayConfig(seeds=5, min_support=5), labels=LABELS,
+                          model_column="model").costs
+    pooled = [r for r in costs.to_pylist() if r["seed"] is None and r["policy"] == "price_aware" and r["model"] is None]
+    assert pooled and len(pooled) < costs.num_rows
+    worse = [f"{r['price']:g} (+{r['diff_vs_best']:.2g} per candidate)" for r in pooled
+             if r["diff_low"] is not None and r["diff_low"] > 0]
+    better = sum(1 for r in pooled if r["diff_high"] is not None and r["diff_high"] < 0)
+    tail = f"significantly costlier at price {', '.join(worse)}" if worse else "never significantly costlier"
+    assert price_notes(costs, "a") == [f"a: price_aware vs the best of majority / certify_then_acquire per price: "
+                                       f"cheaper at {better} of {len(pooled)} prices (95% interval below 0), {tail}"]
 
 
 def _brute_window_replay(rows: list[dict], split: list[dict], tolerance: dict, cfg: ReplayConfig) -> dict:
