@@ -282,8 +282,11 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float], 
     ``source_sql`` yields ``x`` (DOUBLE) and ``y`` (BOOLEAN; NULL rows are outside the population).
     With ``resolve_bins`` every bucket a cut point falls inside is listed value by value too, so that
     the pieces can be binned without looking at the rows again. When it fits (:func:`_materialise`), the
-    source is read once into a temp table of (code, x, y) that the passes then scan.
+    source is read once into a temp table of (code, x, y) that the passes then scan. A source of at most
+    :data:`LISTED_ROWS` rows is listed whole instead (:func:`_select_listed`).
     """
+    if hint.rows <= LISTED_ROWS:
+        return _select_listed(con, source_sql, probs)
     rows = f"SELECT {_code_sql(hint.lo, hint.hi, BUCKETS)} AS c, {_STATE} AS s, x FROM ({source_sql})"
     if not _materialise(con, hint.rows):
         return _select(_Source(con, rows, "c"), probs, resolve_bins)
@@ -293,6 +296,55 @@ def select(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float], 
         return _select(_Source(con, f"SELECT * FROM {table}", "c", native=True), probs, resolve_bins)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _listed(table: dict[str, np.ndarray], special: Special, uncoded: bool) -> Pieces:
+    """Pieces of one value each from an exact pass (rows of ``x``, ``s``, ``u``: no bucket code, ``n``). Rows
+    with a code belong to the requested pieces (their rows without a claim value were counted by the
+    histogram pass); rows without one are NULL, NaN, ±inf or — when the bounds were too narrow — finite values
+    beyond them, which become pieces of their own. ``uncoded``: such rows are in ``table`` and counted into
+    ``special`` here."""
+    valid_rows = _valid(table, "x")
+    x_rows, s_rows, n_rows_ = _np(table, "x", float), _np(table, "s"), _np(table, "n")
+    no_code = _np(table, "u", bool)
+    if uncoded:
+        for key, mask in (("null", ~valid_rows), ("nan", valid_rows & np.isnan(x_rows)),
+                          ("pinf", valid_rows & (x_rows == np.inf)), ("ninf", valid_rows & (x_rows == -np.inf))):
+            special.rows[key] += int(n_rows_[mask].sum())
+            special.with_claim[key] += int(n_rows_[mask & (s_rows < 2)].sum())
+            special.trues[key] += int(n_rows_[mask & (s_rows == 1)].sum())
+        beyond = valid_rows & np.isfinite(x_rows) & no_code
+        special.finite_without_claim += int(n_rows_[beyond & (s_rows == 2)].sum())
+    finite_rows = valid_rows & np.isfinite(x_rows)
+    xv, _, ny_, nt_, _, _ = _per_key(x_rows[finite_rows], s_rows[finite_rows], n_rows_[finite_rows],
+                                     x_rows[finite_rows], x_rows[finite_rows])
+    keep = ny_ > 0
+    return Pieces(xv[keep], xv[keep].copy(), ny_[keep], nt_[keep], np.ones(int(keep.sum()), dtype=bool))
+
+
+def _cuts(pieces: Pieces, probs: list[float]) -> list[float]:
+    """The cut points from pieces whose ranks they need are exact (one value each)."""
+    total = int(pieces.n.sum())
+    cum = np.cumsum(pieces.n)
+
+    def value_at(rank: int) -> float:
+        return float(pieces.lo[int(np.searchsorted(cum, rank, side="right"))])
+
+    return cuts_from_order_statistics(total, probs, value_at)
+
+
+LISTED_ROWS = 1 << 16  # at most this many rows: every (value, claim state) listed by one grouped query
+
+
+def _select_listed(con: duckdb.DuckDBPyConnection, source_sql: str, probs: list[float]) -> Selection:
+    """:func:`select` for a small source: one ``GROUP BY`` lists every distinct (value, claim state) with its
+    count, and the cut points are read from them. Every piece is one value, as the passes would leave the
+    ones they list; a few thousand rows take one statement here instead of the passes' eight."""
+    table = con.execute(f"SELECT x, {_STATE} AS s, TRUE AS u, count(*) AS n FROM ({source_sql}) GROUP BY ALL"
+                        ).fetchnumpy()
+    special = Special()
+    pieces = _listed(table, special, uncoded=True).sorted()
+    return Selection(_cuts(pieces, probs) if probs else [], pieces, special)
 
 
 def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
@@ -318,27 +370,6 @@ def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
         else:  # NaN, ±inf (or values beyond the bounds): listed by the first exact pass
             uncoded_pending = True
 
-    def add_values(table: dict[str, np.ndarray], uncoded: bool) -> Pieces:
-        """Pieces of one value each from an exact pass. Rows with a code belong to the requested pieces (their
-        rows without a claim value were counted by the histogram pass); rows without one are NULL, NaN, ±inf
-        or — when the bounds were too narrow — finite values beyond them, which become pieces of their own."""
-        valid_rows = _valid(table, "x")
-        x_rows, s_rows, n_rows_ = _np(table, "x", float), _np(table, "s"), _np(table, "n")
-        no_code = _np(table, "u", bool)
-        if uncoded:
-            for key, mask in (("null", ~valid_rows), ("nan", valid_rows & np.isnan(x_rows)),
-                              ("pinf", valid_rows & (x_rows == np.inf)), ("ninf", valid_rows & (x_rows == -np.inf))):
-                special.rows[key] += int(n_rows_[mask].sum())
-                special.with_claim[key] += int(n_rows_[mask & (s_rows < 2)].sum())
-                special.trues[key] += int(n_rows_[mask & (s_rows == 1)].sum())
-            beyond = valid_rows & np.isfinite(x_rows) & no_code
-            special.finite_without_claim += int(n_rows_[beyond & (s_rows == 2)].sum())
-        finite_rows = valid_rows & np.isfinite(x_rows)
-        xv, _, ny_, nt_, _, _ = _per_key(x_rows[finite_rows], s_rows[finite_rows], n_rows_[finite_rows],
-                                         x_rows[finite_rows], x_rows[finite_rows])
-        keep = ny_ > 0
-        return Pieces(xv[keep], xv[keep].copy(), ny_[keep], nt_[keep], np.ones(int(keep.sum()), dtype=bool))
-
     def chosen_sql(chosen: Pieces) -> list[str]:
         """The rows of the chosen pieces: buckets of the histogram pass by their code (one IN list, cheaper
         to test than ranges), pieces of later passes by their value range."""
@@ -350,7 +381,7 @@ def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
 
     def listing(mask: np.ndarray, with_uncoded: bool) -> Pieces:
         parts = chosen_sql(pieces.take(mask)) + ([f"({src.code}) IS NULL"] if with_uncoded else [])
-        return add_values(src.values(" OR ".join(parts)), with_uncoded)
+        return _listed(src.values(" OR ".join(parts)), special, with_uncoded)
 
     def refine(mask: np.ndarray) -> Pieces:
         """Split the chosen pieces by a histogram pass over each one's own range (one scan for all)."""
@@ -384,13 +415,7 @@ def _select(src: _Source, probs: list[float], resolve_bins: bool) -> Selection:
             pieces = pieces.replace(need, listing(need, uncoded_pending))
             uncoded_pending = False
         rounds += 1
-    total = int(pieces.n.sum())
-    cum = np.cumsum(pieces.n)
-
-    def value_at(rank: int) -> float:
-        return float(pieces.lo[int(np.searchsorted(cum, rank, side="right"))])
-
-    cuts = cuts_from_order_statistics(total, probs, value_at)
+    cuts = _cuts(pieces, probs)
     if resolve_bins and cuts:
         c = np.asarray(cuts)
         # a bucket holding values on both sides of a cut point: lo <= cut < hi

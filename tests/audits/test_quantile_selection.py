@@ -44,12 +44,16 @@ def _con(x: list[float | None], y: list[int | None] | None = None) -> duckdb.Duc
     return con
 
 
-@pytest.fixture(params=[(False, True), (True, True), (False, False), (True, False)],
-                ids=["buckets", "tiny-buckets", "buckets-direct", "tiny-buckets-direct"])
+@pytest.fixture(params=[(False, True), (True, True), (False, False), (True, False), (None, True)],
+                ids=["buckets", "tiny-buckets", "buckets-direct", "tiny-buckets-direct", "listed"])
 def small_buckets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """With 4 buckets and 3 values per exact pass, every refinement and listing path is exercised; "direct"
-    passes scan the source itself instead of a materialised copy (the path for inputs beyond memory)."""
+    passes scan the source itself instead of a materialised copy (the path for inputs beyond memory);
+    "listed" is the one grouped query of a small source (the others force the passes on these few rows)."""
     tiny, copy = request.param
+    if tiny is None:
+        return False
+    monkeypatch.setattr(quantiles, "LISTED_ROWS", 0)
     if tiny:
         monkeypatch.setattr(quantiles, "BUCKETS", 4)
         monkeypatch.setattr(quantiles, "EXACT_ROWS", 3)
@@ -63,11 +67,14 @@ def test_interpolation_is_this_duckdbs() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(x=VALUES, k=st.integers(2, 25), where=st.sampled_from(["TRUE", "y = 1", "id % 3 <> 0"]), tiny=st.booleans())
-def test_selected_cuts_are_quantile_conts(x: list[float | None], k: int, where: str, tiny: bool) -> None:
+@given(x=VALUES, k=st.integers(2, 25), where=st.sampled_from(["TRUE", "y = 1", "id % 3 <> 0"]),
+       path=st.sampled_from(["listed", "passes", "tiny"]))
+def test_selected_cuts_are_quantile_conts(x: list[float | None], k: int, where: str, path: str) -> None:
     con = _con(x)
     with pytest.MonkeyPatch.context() as mp:
-        if tiny:  # every value listed after refinements: 2 buckets, 2 values per exact pass
+        if path != "listed":  # the histogram and exact passes, not the one grouped query of a small source
+            mp.setattr(quantiles, "LISTED_ROWS", 0)
+        if path == "tiny":  # every value listed after refinements: 2 buckets, 2 values per exact pass
             mp.setattr(quantiles, "BUCKETS", 2)
             mp.setattr(quantiles, "EXACT_ROWS", 2)
         got = quantile_cuts(con, "t", ["x"], k, where)
@@ -101,13 +108,15 @@ def _audit(con: duckdb.DuckDBPyConnection, rule: str, missing: str, claim: str =
 
 @settings(max_examples=150, deadline=None)
 @given(x=VALUES, data=st.data(), k=st.integers(2, 12), missing=st.sampled_from(["drop", "as-value"]),
-       tiny=st.booleans())
+       path=st.sampled_from(["listed", "passes", "tiny"]))
 def test_one_scan_quantile_fibers_are_the_sql_binnings(x: list[float | None], data: st.DataObject, k: int,
-                                                       missing: str, tiny: bool) -> None:
+                                                       missing: str, path: str) -> None:
     y = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 1)), min_size=len(x), max_size=len(x)))
     con = _con(x, y)
     with pytest.MonkeyPatch.context() as mp:
-        if tiny:
+        if path != "listed":
+            mp.setattr(quantiles, "LISTED_ROWS", 0)
+        if path == "tiny":
             mp.setattr(quantiles, "BUCKETS", 2)
             mp.setattr(quantiles, "EXACT_ROWS", 2)
             mp.setattr(quantiles, "_materialise", lambda con, rows: len(x) % 2 == 0)  # both kinds of pass
