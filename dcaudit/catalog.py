@@ -398,10 +398,13 @@ class Catalog:
         report.hashed = cache.hashed
         schemas = _TableFiles(cache)
         for run_dir in sorted(served):
+            try:
+                present = set(os.listdir(run_dir))  # one listing, not a stat per table name
+            except OSError:
+                present = set()
             for name in CATALOG_TABLES:
-                file = run_dir / f"{name}.parquet"
-                if file.is_file():
-                    schemas.add(name, file, run_dir)
+                if f"{name}.parquet" in present:
+                    schemas.add(name, run_dir / f"{name}.parquet", run_dir)
         incompatible = schemas.check(report)
         for run_dir, why in incompatible.items():
             served.pop(run_dir, None)
@@ -519,12 +522,16 @@ class Catalog:
 
     def _adopt_orphan_packages(self, by_id: dict[str, dict], report: BuildReport, *, write_back: bool) -> None:
         """A package under runs/ without a record (the record was lost): its manifest becomes the record."""
-        known = {self.resolve_dir(r.get("run_dir")).absolute() for r in by_id.values()}
         runs_dir = self.settings.runs_dir
+        known: set[Path] | None = None  # the recorded package dirs, resolved only if a directory is not a run id
         with contextlib.suppress(FileNotFoundError):
             for entry in sorted(os.scandir(runs_dir), key=lambda e: e.name):
+                if entry.name.startswith(".") or entry.name in by_id or not entry.is_dir():
+                    continue
                 path = Path(entry.path).absolute()
-                if entry.name.startswith(".") or not entry.is_dir() or path in known or entry.name in by_id:
+                if known is None:
+                    known = {self.resolve_dir(r.get("run_dir")).absolute() for r in by_id.values()}
+                if path in known:
                     continue
                 try:
                     manifest = json.loads((path / "manifest.json").read_text())

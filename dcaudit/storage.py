@@ -356,7 +356,9 @@ def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None]
     from a cache (None: unknown, hash it); ``remember(path, sha256, ok)`` is told each verdict.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    try:  # one listing of the directory instead of a stat per file (the catalog verifies every package)
+        files = {e.name for e in os.scandir(run_dir) if e.is_file()}
+    except (FileNotFoundError, NotADirectoryError):
         return [f"{run_dir}: the package directory is missing"]
     try:
         manifest = read_manifest(run_dir)
@@ -366,7 +368,7 @@ def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None]
     recorded: dict[str, str] = manifest.get("files") or {}
     for name, digest in sorted(recorded.items()):
         path = run_dir / name
-        if not path.is_file():
+        if name not in files:
             problems.append(f"{path}: missing")
             continue
         ok = hash_ok(path, digest) if hash_ok is not None else None
@@ -376,7 +378,7 @@ def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None]
                 remember(path, digest, ok)
         if not ok:
             problems.append(f"{path}: sha256 differs from the one recorded in manifest.json (damaged or modified)")
-    for path in sorted(run_dir.glob("*.parquet")):
+    for path in (run_dir / name for name in sorted(files) if name.endswith(".parquet")):
         if path.name in recorded:
             continue
         try:
