@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,37 @@ def split_matrix(path: Path, seeds: int) -> tuple[object, np.ndarray]:
     return frame, np.array([f[0] for f in flags]).T
 
 
+Evaluate = Callable[[list[str]], tuple[int, int, int]]
+
+
+def seed_curves(curves: dict[str, list[list[float]]], evidence: list[str], probes: list[str], evaluate: Evaluate,
+                entropy: dict[str, float], correlation: Callable[[str, list[str]], float], n_test: int,
+                rng: np.random.Generator) -> None:
+    """One seed of the protocol, the same for the pandas and the polars loop: each policy's probe order
+    (``evaluate(chosen)`` gives calibration members of certified fibers, certified test candidates and false
+    decisions among them; ``correlation(probe, measured)`` the mean absolute correlation), then its curve."""
+    for policy in curves:
+        chosen: list[str] = []
+        for _ in probes:
+            left = [p for p in probes if p not in chosen]
+            if policy == "response_rank":
+                scores = [evaluate(chosen + [p])[0] for p in left]
+                pick = max(range(len(left)), key=lambda i: (scores[i], i))       # ties: last listed
+            elif policy == "oracle":
+                res = [evaluate(chosen + [p]) for p in left]
+                pick = max(range(len(left)), key=lambda i: (res[i][1] - res[i][2], -res[i][2], i))
+            elif policy == "uncertainty":
+                pick = min(range(len(left)), key=lambda i: (-entropy[left[i]], i))
+            elif policy in ("diversity", "benchmark_aligned"):
+                sign = 1 if policy == "diversity" else -1
+                measured = evidence + chosen
+                pick = min(range(len(left)), key=lambda i: (sign * correlation(left[i], measured), i))
+            else:
+                pick = int(rng.integers(len(left)))
+            chosen.append(left[pick])
+        curves[policy].append([evaluate(chosen[:step])[1] / n_test for step in range(len(probes) + 1)])
+
+
 def run_pandas(frame, split: np.ndarray) -> tuple[float, dict]:  # noqa: ANN001 - pandas frame
     """One seed at a time; every policy, step and candidate probe recomputes its fibers (no caching)."""
     from dcaudit.connectors import tox21
@@ -106,31 +138,9 @@ def run_pandas(frame, split: np.ndarray) -> tuple[float, dict]:  # noqa: ANN001 
         shares = {p: cal[p].value_counts(normalize=True) for p in probes}
         entropy = {p: float(-(v * np.log2(v)).sum()) for p, v in shares.items()}
         corr = cal[evidence + probes].corr().abs().fillna(0.0)
-        rng = np.random.default_rng(SEED_OFFSET + s)
-        for policy in curves:
-            chosen: list[str] = []
-            for _ in probes:
-                left = [p for p in probes if p not in chosen]
-                if policy == "response_rank":
-                    scores = [evaluate(chosen + [p])[0] for p in left]
-                    pick = max(range(len(left)), key=lambda i: (scores[i], i))       # ties: last listed
-                elif policy == "oracle":
-                    res = [evaluate(chosen + [p]) for p in left]
-                    pick = max(range(len(left)), key=lambda i: (res[i][1] - res[i][2], -res[i][2], i))
-                elif policy == "uncertainty":
-                    pick = min(range(len(left)), key=lambda i: (-entropy[left[i]], i))
-                elif policy in ("diversity", "benchmark_aligned"):
-                    sign = 1 if policy == "diversity" else -1
-                    measured = evidence + chosen
-                    pick = min(range(len(left)), key=lambda i: (sign * corr.loc[left[i], measured].mean(), i))
-                else:
-                    pick = int(rng.integers(len(left)))
-                chosen.append(left[pick])
-            curve = []
-            for step in range(len(probes) + 1):
-                _, certified, _ = evaluate(chosen[:step])
-                curve.append(certified / len(test))
-            curves[policy].append(curve)
+        seed_curves(curves, evidence, probes, evaluate, entropy,
+                    lambda probe, measured, corr=corr: float(corr.loc[probe, measured].mean()), len(test),
+                    np.random.default_rng(SEED_OFFSET + s))
     seconds = time.perf_counter() - start
     return seconds, {p: np.mean(np.array(c), axis=0).tolist() for p, c in curves.items()}
 
@@ -165,27 +175,9 @@ def run_polars(frame, split: np.ndarray) -> tuple[float, dict]:  # noqa: ANN001 
         names = evidence + probes
         corr = np.nan_to_num(np.abs(cal.select(names).corr().to_numpy()), nan=0.0)
         at = {name: i for i, name in enumerate(names)}
-        rng = np.random.default_rng(SEED_OFFSET + s)
-        for policy in curves:
-            chosen: list[str] = []
-            for _ in probes:
-                left = [p for p in probes if p not in chosen]
-                if policy == "response_rank":
-                    scores = [evaluate(chosen + [p])[0] for p in left]
-                    pick = max(range(len(left)), key=lambda i: (scores[i], i))       # ties: last listed
-                elif policy == "oracle":
-                    res = [evaluate(chosen + [p]) for p in left]
-                    pick = max(range(len(left)), key=lambda i: (res[i][1] - res[i][2], -res[i][2], i))
-                elif policy == "uncertainty":
-                    pick = min(range(len(left)), key=lambda i: (-entropy[left[i]], i))
-                elif policy in ("diversity", "benchmark_aligned"):
-                    sign = 1 if policy == "diversity" else -1
-                    measured = [at[m] for m in evidence + chosen]
-                    pick = min(range(len(left)), key=lambda i: (sign * corr[at[left[i]], measured].mean(), i))
-                else:
-                    pick = int(rng.integers(len(left)))
-                chosen.append(left[pick])
-            curves[policy].append([evaluate(chosen[:step])[1] / test.height for step in range(len(probes) + 1)])
+        seed_curves(curves, evidence, probes, evaluate, entropy,
+                    lambda probe, measured, corr=corr, at=at: float(corr[at[probe], [at[m] for m in measured]].mean()),
+                    test.height, np.random.default_rng(SEED_OFFSET + s))
     seconds = time.perf_counter() - start
     return seconds, {p: np.mean(np.array(c), axis=0).tolist() for p, c in curves.items()}
 
@@ -249,28 +241,20 @@ def main() -> None:
     rows = [{"benchmark": "tox21_completion_200seeds" if args.seeds == 200 else f"tox21_completion_{args.seeds}seeds",
              "engine": "duckdb", "n_rows": 3079 * args.seeds, "seconds": engine["seconds"],
              "peak_rss_mb": engine["peak_rss_mb"]}]
-    if not args.no_polars:
-        polars = measure("polars", path, args.seeds, args.draws)
+    for peer in [e for e, skip in (("polars", args.no_polars), ("pandas", args.no_pandas)) if not skip]:
+        other = measure(peer, path, args.seeds, args.draws)
         for policy in DETERMINISTIC:
-            a, b = np.array(engine["curves"][policy]), np.array(polars["curves"][policy])
-            assert np.allclose(a, b, atol=1e-12), (policy, a, b)
-        ratio = polars["seconds"] / engine["seconds"]
-        print(f"polars loop: {polars['seconds']:.2f} s, peak RSS {polars['peak_rss_mb']:.0f} MB; "
+            a, b = np.array(engine["curves"][policy]), np.array(other["curves"][policy])
+            assert np.allclose(a, b, atol=1e-12), (peer, policy, a, b)
+        ratio = other["seconds"] / engine["seconds"]
+        print(f"{peer} loop: {other['seconds']:.2f} s, peak RSS {other['peak_rss_mb']:.0f} MB; "
               f"dcaudit is {ratio:.1f}x faster (deterministic policies' curves identical)")
-        rows.append({**rows[0], "engine": "polars", "seconds": polars["seconds"],
-                     "peak_rss_mb": polars["peak_rss_mb"], "ratio_vs_pandas": None})
-        rows[0]["settings"] = json.dumps({"ratio_vs_polars": ratio})
-    if not args.no_pandas:
-        pandas = measure("pandas", path, args.seeds, args.draws)
-        for policy in DETERMINISTIC:
-            a, b = np.array(engine["curves"][policy]), np.array(pandas["curves"][policy])
-            assert np.allclose(a, b, atol=1e-12), (policy, a, b)
-        ratio = pandas["seconds"] / engine["seconds"]
-        print(f"pandas loop: {pandas['seconds']:.2f} s, peak RSS {pandas['peak_rss_mb']:.0f} MB; "
-              f"dcaudit is {ratio:.1f}x faster (deterministic policies' curves identical)")
-        rows[0]["ratio_vs_pandas"] = ratio
-        rows.append({**rows[0], "engine": "pandas", "seconds": pandas["seconds"],
-                     "peak_rss_mb": pandas["peak_rss_mb"], "ratio_vs_pandas": 1.0})
+        rows.append({**rows[0], "engine": peer, "seconds": other["seconds"], "peak_rss_mb": other["peak_rss_mb"],
+                     "ratio_vs_pandas": 1.0 if peer == "pandas" else None})
+        if peer == "pandas":
+            rows[0]["ratio_vs_pandas"] = ratio
+        else:
+            rows[0]["settings"] = json.dumps({"ratio_vs_polars": ratio})
     print(f"results appended to {append_results(rows)}")
 
 
