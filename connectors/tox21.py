@@ -37,6 +37,7 @@ from dcaudit.connectors.base import (
     provenance,
 )
 from dcaudit.errors import InputError, IntegrityError, require
+from dcaudit.features.molecules import parallel_structures
 from dcaudit.storage import write_table_atomic
 
 ASSAYS = (
@@ -117,21 +118,10 @@ def verify_content(df: pl.DataFrame, path: Path) -> None:
 
 def parse_structures(smiles: list[str | None]) -> pl.DataFrame:
     """Canonical SMILES and InChIKey per row; rows RDKit rejects are kept with the reason."""
-    Chem = require("rdkit.Chem", "chem")
-    RDLogger = require("rdkit.RDLogger", "chem")
-    RDLogger.DisableLog("rdApp.*")  # per-molecule warnings would flood the console; failures are tabled
-    canon, keys, errors = [], [], []
-    for smi in smiles:  # RDKit parses one molecule per call; 7.8k molecules take about a second
-        mol = Chem.MolFromSmiles(smi) if smi else None
-        if mol is None:
-            canon.append(None)
-            keys.append(None)
-            errors.append("empty SMILES" if not smi else "RDKit could not parse the SMILES")
-            continue
-        canon.append(Chem.MolToSmiles(mol))
-        keys.append(Chem.MolToInchiKey(mol) or None)
-        errors.append(None)
-    return pl.DataFrame({"canonical_smiles": canon, "inchikey": keys, "smiles_error": errors},
+    require("rdkit.Chem", "chem")
+    rows = parallel_structures(smiles)  # RDKit holds the GIL: the second half in a child process
+    return pl.DataFrame({"canonical_smiles": [r[0] for r in rows], "inchikey": [r[1] for r in rows],
+                         "smiles_error": [r[2] for r in rows]},
                         schema={"canonical_smiles": pl.Utf8, "inchikey": pl.Utf8, "smiles_error": pl.Utf8})
 
 
