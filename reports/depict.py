@@ -11,6 +11,8 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 
+from dcaudit.worker import ScriptWorker, answer, has_spare_core, script_items
+
 DEPICTION_SIZE = (120, 90)
 
 
@@ -105,6 +107,38 @@ def compact_svg(svg: str) -> str:
             + "".join(parts) + "</svg>")
 
 
+WORKER_MIN = 40  # fewer depictions than this are not worth a process (~0.25 s to start Python and RDKit)
+
+
+class Depictions:
+    """Depictions of SMILES, drawn ahead by a worker process (:class:`dcaudit.worker.ScriptWorker`, this
+    module run with ``-m``) while the caller does other work, or here when asked for one the worker was not
+    given, or when it could not help: the SVGs are the same either way (the same function draws them)."""
+
+    def __init__(self, *, ahead: bool = True) -> None:
+        self.ahead = ahead  # False: no worker (a caller that needs the depictions at once gains nothing)
+        self._svg: dict[str, str | None] = {}
+        self._asked: list[str] = []
+        self._worker: ScriptWorker | None = None
+
+    def prefetch(self, smiles: Sequence[str]) -> None:
+        """Start drawing ``smiles`` in a worker (when there are enough and a core to spare)."""
+        asked = list(dict.fromkeys(s for s in smiles if s and s not in self._svg))
+        if self.ahead and self._worker is None and len(asked) >= WORKER_MIN and has_spare_core():
+            self._worker, self._asked = ScriptWorker(__name__, asked), asked
+
+    def get(self, smiles: str) -> str | None:
+        """The depiction of ``smiles`` (None when RDKit cannot draw it)."""
+        if smiles not in self._svg and self._worker is not None and smiles in self._asked:
+            rows = self._worker.results()
+            self._worker = None
+            if rows is not None and all(r is None or isinstance(r, str) for r in rows):
+                self._svg.update(zip(self._asked, rows, strict=True))
+        if smiles not in self._svg:
+            self._svg[smiles] = depict_smiles(smiles)
+        return self._svg[smiles]
+
+
 def thumbnail(pixels: Sequence[float] | None, height: int | None = None, width: int | None = None) -> dict | None:
     """A greyscale image as ``{"w", "h", "px"}`` with one hex byte per pixel (0 = black … ff = white
     ink on paper is drawn dark: the value is ink intensity). Pixels in [0, 1] or [0, 255]."""
@@ -125,3 +159,7 @@ def thumbnail(pixels: Sequence[float] | None, height: int | None = None, width: 
     scale = 255.0 if top <= 1.0 + 1e-9 else 1.0
     return {"w": int(width), "h": int(height),
             "px": "".join(f"{max(0, min(255, round(v * scale))):02x}" for v in values)}
+
+
+if __name__ == "__main__":  # a worker of Depictions.prefetch
+    answer([depict_smiles(s) for s in script_items()])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -201,9 +201,29 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
                   picture_budget: int = PICTURE_BUDGET, page: int = PAGE,
                   max_fibers: int | None = None) -> dict | None:
     """Everything the explorer shows, as one JSON-ready dict (None when the package has no fibers)."""
+    data, place_details = explorer_data_deferred(pkg, extra_sources=extra_sources, smiles=smiles,
+                                                 member_budget=member_budget, picture_budget=picture_budget,
+                                                 page=page, max_fibers=max_fibers,
+                                                 depictions=depict.Depictions(ahead=False))
+    place_details()
+    return data
+
+
+def _nothing() -> None:
+    return None
+
+
+def explorer_data_deferred(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
+                           smiles: Mapping[str, str] | None = None, member_budget: int = MEMBER_BUDGET,
+                           picture_budget: int = PICTURE_BUDGET, page: int = PAGE, max_fibers: int | None = None,
+                           depictions: depict.Depictions | None = None) -> tuple[dict | None, Callable[[], None]]:
+    """:func:`explorer_data` in two steps: the dict without the members' details (structures, images,
+    formulas), and the callable that adds them. In between a worker process draws the depictions
+    (:class:`dcaudit.reports.depict.Depictions`), so a caller that renders other sections first (the report's
+    charts) gets the molecules drawn on the second core. The dict is complete once the callable has run."""
     fcols, ccols = pkg.cols("fibers"), pkg.cols("candidates")
     if not pkg.has("fibers", "n", "status"):
-        return None
+        return None, _nothing
     audits = fiber_audits(pkg)
     keys = [k for k in GROUP_KEYS if k in fcols and (k in ccols or not ccols)]
     opt = {c: (q(c) if c in fcols else "NULL") for c in ("evidence_key", "evidence_lo", "evidence_hi", "n_true",
@@ -261,10 +281,10 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
     if max_fibers and total_mixed > len(out_fibers):
         data["notes"].append(f"the {len(out_fibers)} largest of {total_mixed} mixed fibers are listed")
     if not fibers:
-        return data
+        return data, _nothing
     if not pkg.has("candidates", "candidate_id", "fiber_key"):
         data["notes"].append("the package has no candidates table: members are not listed")
-        return data
+        return data, _nothing
     # the budget is in bytes: an id costs its length plus quotes, comma and its claim character
     id_len = pkg.sql("SELECT avg(length(CAST(candidate_id AS VARCHAR))) FROM (SELECT candidate_id FROM candidates "
                      "WHERE status = 'ambiguous' LIMIT 20000)" if "status" in ccols else
@@ -298,8 +318,8 @@ def explorer_data(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any]] = (),
                              "budget is "
                              f"{member_budget / 1e6:.1f} MB); candidates.parquet has all of them: select * from "
                              "candidates where audit_id = … and fiber_key = …")
-    _add_details(pkg, data, fibers, extra_sources, smiles, picture_budget, page)
-    return data
+    return data, _add_details(pkg, data, fibers, extra_sources, smiles, picture_budget, page,
+                              depictions or depict.Depictions())
 
 
 def _runs(fx: Any, n: int) -> list[tuple[int, int]]:
@@ -312,17 +332,22 @@ def _runs(fx: Any, n: int) -> list[tuple[int, int]]:
 MAX_TILES = 7   # pictures per member: the clean image and up to six conditions (the wrong ones first)
 
 
+PREFETCH = 600  # depictions handed to the worker at most: about what the picture budget holds (~3 KB each)
+
+
 def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterable[Mapping[str, Any]],
-                 smiles: Mapping[str, str] | None, picture_budget: int, page: int) -> None:
-    """Tiles (picture key, caption) for the members on each fiber's first page, fibers in order, while
-    the pictures and captions stay within ``picture_budget`` bytes."""
+                 smiles: Mapping[str, str] | None, picture_budget: int, page: int,
+                 depictions: depict.Depictions) -> Callable[[], None]:
+    """Look up the members' details now and start drawing their depictions; the returned callable puts
+    tiles (picture key, caption) on the members of each fiber's first page, fibers in order, while the
+    pictures and captions stay within ``picture_budget`` bytes."""
     tables = source_tables(getattr(pkg, "manifest", {}) or {}, extra_sources)
     if not tables and not smiles:
-        return
+        return _nothing
     first = [f.get("m", [])[:page] for f in data["fibers"]]
     wanted = sorted({m for ms in first for m in ms})
     if not wanted:
-        return
+        return _nothing
     con = pkg.con
     smiles_of: dict[str, str] = dict(smiles or {})
     formula_of: dict[str, str] = {}
@@ -344,6 +369,21 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
                             target.setdefault(k, v)
     finally:
         con.unregister("_xid")
+    rdkit = depict.rdkit_available()
+    if smiles_of and not rdkit:
+        data["notes"].append("RDKit (the chem extra) is not installed: no structure depictions")
+    vision = [t for t in tables if "predictions" in t.kinds or "pixels" in t.kinds]
+    vision_tiles = _vision_tiles(con, vision, fibers, first, picture_budget) if vision else {}
+    order = priority([f["n"] for f in data["fibers"]])
+    if rdkit and smiles_of:  # the structures the tiles will need, in the order they are placed
+        depictions.prefetch([smiles_of[m] for i in order for m in first[i] if m in smiles_of][:PREFETCH])
+    return lambda: _place_details(data, first, order, smiles_of, formula_of, vision_tiles, rdkit, depictions,
+                                  picture_budget)
+
+
+def _place_details(data: dict, first: list[list[str]], order: Sequence[int], smiles_of: Mapping[str, str],
+                   formula_of: Mapping[str, str], vision_tiles: Mapping[tuple[int, int], Any], rdkit: bool,
+                   depictions: depict.Depictions, picture_budget: int) -> None:
     pics: dict[str, Any] = data["pics"]
     strings = {text: k for k, text in enumerate(data["S"])}
 
@@ -354,13 +394,8 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
         return strings[text]
 
     used = 0
-    rdkit = depict.rdkit_available()
-    if smiles_of and not rdkit:
-        data["notes"].append("RDKit (the chem extra) is not installed: no structure depictions")
-    vision = [t for t in tables if "predictions" in t.kinds or "pixels" in t.kinds]
-    vision_tiles = _vision_tiles(con, vision, fibers, first, picture_budget) if vision else {}
     stopped = None
-    for rank, i in enumerate(priority([f["n"] for f in data["fibers"]])):
+    for rank, i in enumerate(order):
         f = data["fibers"][i]
         members = first[i]
         if not members:
@@ -374,7 +409,7 @@ def _add_details(pkg: Any, data: dict, fibers: list[dict], extra_sources: Iterab
                 # one picture per structure: members sharing a SMILES share the depiction
                 key = "s:" + hashlib.sha1(smiles_of[m].encode()).hexdigest()[:12]
                 if key not in pics:
-                    svg = depict.depict_smiles(smiles_of[m])
+                    svg = depictions.get(smiles_of[m])
                     if svg:
                         pics[key] = svg
                         used += len(svg)

@@ -572,9 +572,14 @@ def render_report(run_dir: Path, *, extra_sources: Iterable[Mapping[str, object]
     """
     pkg = Package(run_dir)
     try:
-        data = explorer.explorer_data(pkg, extra_sources=extra_sources, member_budget=member_budget,
-                                      picture_budget=picture_budget)
-        body = [_section_fibers(pkg, data) if section is _section_fibers else section(pkg)
+        # The members' depictions are drawn by a worker process while the other sections (the charts) render
+        # here; then the explorer's details are placed and its section rendered, in the page's order.
+        data, place_details = explorer.explorer_data_deferred(pkg, extra_sources=extra_sources,
+                                                              member_budget=member_budget,
+                                                              picture_budget=picture_budget)
+        parts = {section: section(pkg) for section in SECTIONS if section is not _section_fibers}
+        place_details()
+        body = [_section_fibers(pkg, data) if section is _section_fibers else parts[section]
                 for section in SECTIONS]
     finally:
         pkg.con.close()

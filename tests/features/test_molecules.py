@@ -1,9 +1,10 @@
 """Canonical structures with RDKit: the two-process path gives what one process gives, and falls back to
-one process when the child cannot help."""
+one process when the worker cannot help."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,12 +24,21 @@ def test_the_two_halves_give_the_one_process_result() -> None:
     assert one[3] == one[4] == (None, None, "empty SMILES")
 
 
+class _Liar:
+    """A worker that answers one row per item, but not three fields a row."""
+
+    def __init__(self, module: str, items: list) -> None:
+        self.items = items
+
+    def results(self) -> list:
+        return [[1, 2] for _ in self.items]
+
+
 @pytest.mark.parametrize("broken", ["missing interpreter", "wrong answer"])
-def test_a_child_that_cannot_help_is_done_here(monkeypatch: pytest.MonkeyPatch, tmp_path, broken: str) -> None:  # noqa: ANN001
+def test_a_worker_that_cannot_help_is_done_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                broken: str) -> None:
     if broken == "missing interpreter":
         monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
-    else:  # a child that answers, but not with one result per SMILES
-        script = tmp_path / "liar.py"
-        script.write_text("print('[[1, 2, 3]]')\n")
-        monkeypatch.setattr(molecules, "__file__", str(script))
+    else:
+        monkeypatch.setattr(molecules, "ScriptWorker", _Liar)
     assert molecules.parallel_structures(SMILES, parallel_min=10) == molecules.structures(SMILES)

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -374,3 +375,28 @@ def test_budgets_cap_members_and_pictures_and_say_so(tmp_path: Path) -> None:
     if depict.rdkit_available():
         assert sum(len(v) for v in data["pics"]) <= 2_000 + 8000
         assert any("picture budget" in note for note in data["notes"])
+
+
+def test_depictions_drawn_by_a_worker_give_the_same_report(run: dict, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """The molecules are drawn by a worker process while the charts render; the page is byte for byte the
+    one drawn in this process alone, and the one a failing worker leaves to this process."""
+    pytest.importorskip("rdkit")
+    package = Path(run["package_dir"])
+    started = []
+    original = depict.ScriptWorker
+
+    def spy(module: str, items: list):  # noqa: ANN202 - records the worker's share
+        started.append(len(items))
+        return original(module, items)
+
+    monkeypatch.setattr(depict, "ScriptWorker", spy)
+    with_worker = render_report(package)
+    assert started and started[0] >= depict.WORKER_MIN
+    monkeypatch.setattr(depict, "WORKER_MIN", 10**9)
+    alone = render_report(package)
+    monkeypatch.setattr(depict, "WORKER_MIN", 1)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    failed = render_report(package)
+    assert with_worker == alone == failed
+    assert "<svg" in json.dumps(_explorer(with_worker)["pics"])  # molecules were drawn
