@@ -62,9 +62,16 @@ class ScriptWorker:
             return None
         return rows if isinstance(rows, list) and len(rows) == self.n else None
 
+    def __del__(self) -> None:  # a caller that never asked for the results (an error in between)
+        child, self._child = getattr(self, "_child", None), None
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        self._cleanup()
+
     def _cleanup(self) -> None:
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if getattr(self, "_dir", None) is not None:
+            shutil.rmtree(str(self._dir), ignore_errors=True)
             self._dir = None
 
 

@@ -3,6 +3,8 @@ caller then does the work); one that works answers in item order."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dcaudit.worker import ScriptWorker
@@ -23,3 +25,13 @@ def test_results_come_back_in_item_order() -> None:
     pytest.importorskip("rdkit")
     rows = ScriptWorker("dcaudit.features.molecules", ["CC", None, "CCO"]).results()
     assert rows is not None and [r[0] for r in rows] == ["CC", None, "CCO"]
+
+
+def test_a_worker_never_asked_is_stopped_and_its_files_removed() -> None:
+    pytest.importorskip("rdkit")
+    worker = ScriptWorker("dcaudit.features.molecules", ["CCO"] * 50)
+    directory, child = worker._dir, worker._child
+    assert directory is not None and child is not None
+    del worker
+    assert child.poll() is not None
+    assert not os.path.exists(directory)
