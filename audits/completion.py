@@ -556,6 +556,12 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
     return next_node
 
 
+def _avg(column: str, order: str) -> str:
+    """A mean summed in a fixed order: DuckDB's parallel ``avg`` adds partial sums in whatever order its
+    threads finish, so two runs could differ in the last bit; over an ordered list they cannot."""
+    return f"list_avg(list({column} ORDER BY {order}))"
+
+
 def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, claim: Claim,
               config: CompletionConfig, source: str, audit_id: str | None, n_cand: int, n_excluded: int) -> pa.Table:
     head = (f"{sql_literal(source)} AS source, {sql_literal(audit_id)} AS audit_id, {sql_literal(claim.text)} AS claim, "
@@ -580,10 +586,11 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
           LEFT JOIN {t}probes p ON p.q = j.q),
         per_seed AS (
           SELECT policy, step, seed, count(*) AS n_draws,
-                 avg(certified_fraction) AS certified_fraction, avg(false_decision_rate) AS false_decision_rate,
-                 avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
-                 avg(cumulative_cost) AS cumulative_cost
+                 {_avg("certified_fraction", "draw")} AS certified_fraction,
+                 {_avg("false_decision_rate", "draw")} AS false_decision_rate,
+                 {_avg("calibration_certified_fraction", "draw")} AS calibration_certified_fraction,
+                 {_avg("certified_true_fraction", "draw")} AS certified_true_fraction,
+                 {_avg("n_test", "draw")} AS n_test, {_avg("cumulative_cost", "draw")} AS cumulative_cost
           FROM x GROUP BY policy, step, seed),
         seed_probe AS (SELECT policy, step, seed, probe, count(*) AS k FROM x GROUP BY ALL),
         seed_mode AS (SELECT policy, step, seed, first(probe ORDER BY k DESC, probe) AS probe_added,
@@ -593,19 +600,22 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
                             max(k) / sum(k) AS probe_added_share FROM all_probe GROUP BY ALL),
         mean AS (
           SELECT policy, step, CAST(NULL AS INTEGER) AS seed, count(*) AS n_draws,
-                 avg(certified_fraction) AS certified_fraction,
+                 {_avg("certified_fraction", "seed, draw")} AS certified_fraction,
                  quantile_cont(certified_fraction, 0.1) AS certified_fraction_p10,
                  quantile_cont(certified_fraction, 0.9) AS certified_fraction_p90,
-                 avg(false_decision_rate) AS false_decision_rate,
+                 {_avg("false_decision_rate", "seed, draw")} AS false_decision_rate,
                  quantile_cont(false_decision_rate, 0.1) AS false_decision_rate_p10,
                  quantile_cont(false_decision_rate, 0.9) AS false_decision_rate_p90,
-                 avg(calibration_certified_fraction) AS calibration_certified_fraction,
-                 avg(certified_true_fraction) AS certified_true_fraction, avg(n_test) AS n_test,
-                 avg(cumulative_cost) AS cumulative_cost
+                 {_avg("calibration_certified_fraction", "seed, draw")} AS calibration_certified_fraction,
+                 {_avg("certified_true_fraction", "seed, draw")} AS certified_true_fraction,
+                 {_avg("n_test", "seed, draw")} AS n_test, {_avg("cumulative_cost", "seed, draw")} AS cumulative_cost
           FROM x GROUP BY policy, step),
         se AS (  -- standard error of the mean over seeds (random: over per-seed means of the draws)
-          SELECT policy, step, stddev_samp(certified_fraction) / sqrt(count(*)) AS certified_fraction_se,
-                 stddev_samp(false_decision_rate) / sqrt(count(*)) AS false_decision_rate_se
+          SELECT policy, step,
+                 list_aggregate(list(certified_fraction ORDER BY seed), 'stddev_samp') / sqrt(count(*))
+                   AS certified_fraction_se,
+                 list_aggregate(list(false_decision_rate ORDER BY seed), 'stddev_samp') / sqrt(count(*))
+                   AS false_decision_rate_se
           FROM per_seed GROUP BY policy, step)
         SELECT {head}, policy, policy <> 'oracle' AS deployable, CAST(step AS BIGINT) AS step,
                probe_added, CAST(probe_added_share AS DOUBLE) AS probe_added_share, CAST(seed AS BIGINT) AS seed,

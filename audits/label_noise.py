@@ -31,8 +31,8 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from dcaudit import arrays
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, FiberAudit
 from dcaudit.claims import Claim, check_columns, quote_identifier
@@ -122,15 +122,17 @@ def _str(value: str | None) -> str:
 
 
 def _summary(fibers: pa.Table, labels: AuditLabels, identity: str) -> pa.Table:
-    kind = fibers["mixed_kind"]
-    n = fibers["n"]
-    total = pc.sum(n).as_py() or 0
+    # Python over the few fibers: pyarrow.compute with a Python value, Table.from_pylist and pa.array of a
+    # list each import pandas (~0.45 s of `dcaudit run tox21`)
+    kind = fibers["mixed_kind"].to_pylist()
+    n = [int(v or 0) for v in fibers["n"].to_pylist()]
+    total = sum(n)
 
     def fibers_of(k: str) -> int:
-        return int(pc.sum(pc.equal(kind, k)).as_py() or 0)
+        return sum(1 for x in kind if x == k)
 
     def records_of(k: str) -> int:
-        return int(pc.sum(pc.if_else(pc.equal(kind, k), n, 0)).as_py() or 0)
+        return sum(size for x, size in zip(kind, n, strict=True) if x == k)
 
     row: dict[str, Any] = {
         "source": labels.source, "audit_id": labels.audit_id, "model": labels.model, "identity": identity,
@@ -138,25 +140,41 @@ def _summary(fibers: pa.Table, labels: AuditLabels, identity: str) -> pa.Table:
         "n_both_fibers": fibers_of("both"),
         "label_noise_candidates": records_of("label_noise"), "incomplete_candidates": records_of("incomplete"),
         "both_candidates": records_of("both"),
-        "conflicting_records": int(pc.sum(fibers["conflicting_records"]).as_py() or 0),
+        "conflicting_records": sum(int(v or 0) for v in fibers["conflicting_records"].to_pylist()),
     }
     row["label_noise_fraction"] = row["label_noise_candidates"] / total if total else None
     row["incomplete_fraction"] = row["incomplete_candidates"] / total if total else None
-    schema = pa.schema([("source", pa.string()), ("audit_id", pa.string()), ("model", pa.string()),
-                        ("identity", pa.string())] + [(c, pa.int64()) for c in SUMMARY_COLUMNS[1:-2]]
-                       + [("label_noise_fraction", pa.float64()), ("incomplete_fraction", pa.float64())])
-    return pa.Table.from_pylist([row], schema=schema)
+    kinds: dict[str, arrays.Kind] = {"source": "string", "audit_id": "string", "model": "string",
+                                     "identity": "string", **{c: "int64" for c in SUMMARY_COLUMNS[1:-2]},
+                                     "label_noise_fraction": "float64", "incomplete_fraction": "float64"}
+    return arrays.table({name: [row[name]] for name in kinds}, kinds)
+
+
+def _typed(values: list, kind: pa.DataType) -> pa.Array:
+    """Python values as an Arrow column of ``kind`` (the SQL above makes them BIGINT, DOUBLE or VARCHAR)."""
+    simple: dict[pa.DataType, arrays.Kind] = {pa.int64(): "int64", pa.float64(): "float64", pa.string(): "string"}
+    if kind in simple:
+        return arrays.column(values, simple[kind])
+    return arrays.column(values).cast(kind)  # not expected: another type loads pyarrow.compute
 
 
 def attach_mixed_kinds(audit: FiberAudit, kinds: MixedKinds) -> FiberAudit:
     """The fiber audit with the label-noise columns added: to its summary row and to every fiber (by fiber_key)."""
     summary = audit.summary
-    row = kinds.summary.slice(0, 1)
+    row = kinds.summary.to_pylist()[0]
     for name in SUMMARY_COLUMNS:
-        summary = summary.append_column(name, pa.array([row[name][0].as_py()] * summary.num_rows,
-                                                       row.schema.field(name).type))
-    extra = kinds.fibers.select(["fiber_key", *FIBER_COLUMNS])
-    fibers = audit.fibers.join(extra, "fiber_key", join_type="left outer").sort_by("fiber_key")
+        kind = kinds.summary.schema.field(name).type
+        summary = summary.append_column(name, _typed([row[name]] * summary.num_rows, kind))
+    # a left join on fiber_key over the few fibers, in fiber_key order (Table.join and sort_by load pyarrow.compute)
+    keys = audit.fibers["fiber_key"].to_pylist()
+    order = sorted(range(len(keys)), key=lambda i: (keys[i] is None, keys[i] if keys[i] is not None else 0))
+    fibers = audit.fibers if order == list(range(len(keys))) else audit.fibers.take(arrays.int64(order))
+    at = {k: i for i, k in enumerate(kinds.fibers["fiber_key"].to_pylist()) if k is not None}
+    rows = [at.get(keys[i]) if keys[i] is not None else None for i in order]
+    for name in FIBER_COLUMNS:
+        values = kinds.fibers[name].to_pylist()
+        kind = kinds.fibers.schema.field(name).type
+        fibers = fibers.append_column(name, _typed([values[r] if r is not None else None for r in rows], kind))
     return replace(audit, summary=summary, fibers=fibers)
 
 
