@@ -1392,10 +1392,11 @@ def mode_metrics(by_mode: dict[str, pa.Table], cfg: ReplayConfig) -> pa.Table:
                             "ci_low": None, "ci_high": None})
         rows.append(head | {"metric": "alpha" if mode == "familywise" else "delta", "value": cfg.delta,
                             "ci_low": None, "ci_high": None})
-    schema = pa.schema([("source", pa.string()), ("experiment", pa.string()), ("claim", pa.string()),
-                        ("fiber_rule", pa.string()), ("min_support", pa.int64()), ("metric", pa.string()),
-                        ("value", pa.float64()), ("ci_low", pa.float64()), ("ci_high", pa.float64())])
-    return pa.Table.from_pylist(rows, schema=schema)
+    kinds: dict[str, arrays.Kind] = {"source": "string", "experiment": "string", "claim": "string",
+                                     "fiber_rule": "string", "min_support": "int64", "metric": "string",
+                                     "value": "float64", "ci_low": "float64", "ci_high": "float64"}
+    # built from buffers: Table.from_pylist imports pandas (~0.45 s of `dcaudit run tox21`)
+    return arrays.table({name: [r[name] for r in rows] for name in kinds}, kinds)
 
 
 def price_notes(costs: pa.Table, audit_id: str) -> list[str]:

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from dcaudit import findings
 from dcaudit.config import Settings
@@ -39,6 +38,9 @@ from dcaudit.connectors.base import (
 from dcaudit.errors import InputError, IntegrityError, require
 from dcaudit.features.molecules import parallel_structures
 from dcaudit.storage import write_table_atomic
+
+if TYPE_CHECKING:
+    import polars as pl
 
 ASSAYS = (
     "NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma",
@@ -66,6 +68,7 @@ _LABEL_TEXT = {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "": None}
 
 def read_labels(path: Path) -> pl.DataFrame:
     """Read and validate a Tox21 CSV: the 14 columns, labels 0/1/empty. Errors name file, row, column."""
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     if not path.is_file():
         raise InputError("file not found", file=str(path))
     if path.stat().st_size == 0:
@@ -102,6 +105,7 @@ def read_labels(path: Path) -> pl.DataFrame:
 
 
 def content_fingerprint(df: pl.DataFrame) -> str:
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     line = pl.concat_str(
         [pl.col("mol_id")] + [pl.col(a).cast(pl.Utf8).fill_null("") for a in ASSAYS], separator=",")
     return hashlib.sha256("\n".join(df.select(line).to_series().to_list()).encode()).hexdigest()
@@ -118,6 +122,7 @@ def verify_content(df: pl.DataFrame, path: Path) -> None:
 
 def parse_structures(smiles: list[str | None]) -> pl.DataFrame:
     """Canonical SMILES and InChIKey per row; rows RDKit rejects are kept with the reason."""
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     require("rdkit.Chem", "chem")
     rows = parallel_structures(smiles)  # RDKit holds the GIL: the second half in a child process
     return pl.DataFrame({"canonical_smiles": [r[0] for r in rows], "inchikey": [r[1] for r in rows],
@@ -127,6 +132,7 @@ def parse_structures(smiles: list[str | None]) -> pl.DataFrame:
 
 def structure_duplicates(df: pl.DataFrame) -> pl.DataFrame:
     """Distinct mol_ids with one InChIKey: the finest evidence there is, and already mixed where labels differ."""
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     groups = df.filter(pl.col("inchikey").is_not_null() & pl.col("inchikey").is_duplicated())
     if groups.height == 0:
         return pl.DataFrame(schema={"inchikey": pl.Utf8, "mol_id": pl.Utf8, "smiles": pl.Utf8,
@@ -144,6 +150,7 @@ def structure_duplicates(df: pl.DataFrame) -> pl.DataFrame:
 
 def tox21_findings(table: pl.DataFrame, dups: pl.DataFrame, file: str) -> pl.DataFrame:
     """Invalid SMILES and structure duplicates as findings (``row`` = data row in the CSV, 1-based)."""
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     rows = table.select("mol_id", pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("row"))
     invalid = table.with_columns(rows["row"]).filter(~pl.col("smiles_valid")).select(
         pl.lit("tox21").alias("source"), pl.lit(file).alias("file"), "row", pl.lit("smiles").alias("column"),
@@ -164,6 +171,7 @@ def tox21_findings(table: pl.DataFrame, dups: pl.DataFrame, file: str) -> pl.Dat
 
 
 def normalise(fetched: FetchedFile, out_dir: Path, *, verify: bool = True) -> dict[str, Path]:
+    import polars as pl  # here, not at import: a run with cached tables needs no polars
     df = read_labels(fetched.path)
     if verify:
         verify_content(df, fetched.path)

@@ -171,6 +171,29 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     assert (tmp_path / "p" / "report.html").is_file() == bool(report)
 
 
+def test_the_main_job_on_cached_tables_imports_neither_pandas_nor_polars(tox21_settings, tmp_path: Path) -> None:  # noqa: ANN001
+    """``dcaudit run tox21`` once its tables are normalised (every scheduled run): the connector, the label-noise
+    split, the replay's metrics and the findings line build their tables without pandas or polars."""
+    import shutil
+    import subprocess
+    import sys
+
+    from dcaudit.connectors import get_connector
+
+    get_connector("tox21").prepare(tox21_settings)
+    home = tmp_path / "home"
+    shutil.copytree(tox21_settings.tables_dir, home / "tables")
+    code = ("import atexit, sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
+            "atexit.register(lambda: print('LOADED', [m for m in ('pandas', 'polars') if m in sys.modules], "
+            "file=sys.stderr))\nmain()\n")
+    env = {**os.environ, "DCAUDIT_HOME": str(home), "DCAUDIT_OFFLINE": "1"}
+    env.pop("DCAUDIT_DEBUG", None)
+    out = subprocess.run([sys.executable, "-c", code, "run", "tox21", "--no-report"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "LOADED []"
+
+
 def test_console_script_exit_status_and_output(tmp_path: Path) -> None:
     """main() ends the process with os._exit: the status of a failing command (2 for bad input) and the
     whole of its output still reach the caller."""
