@@ -2,12 +2,12 @@
 
 A :class:`ScriptWorker` runs a module of this project (``python -P -m MODULE``) in a plain child process:
 the items go to it as a JSON list in a temporary file, and its results come back as a JSON list on stdout,
-one per item. ``-P`` keeps the working directory off ``sys.path``, so a user's file named like a
-standard module cannot shadow it. Nothing is pickled and the caller's ``__main__`` is never imported again, so it works from the CLI,
-a notebook or a test. The module must import little (the work's own library): starting Python and it is the
-whole overhead. The answer is checked (one result per item). A worker that cannot start, fails,
-times out or answers anything else gives None, and the caller does the work itself, so results never
-depend on whether the second process helped.
+one per item. ``-P`` keeps the working directory off ``sys.path``, so a user's file named like a standard
+module cannot shadow it. Nothing is pickled and the caller's ``__main__`` is never imported again, so it
+works from the CLI, a notebook or a test. The module must import little (the work's own library): starting
+Python and it is the whole overhead. The answer is checked (one result per item). A worker that cannot
+start, fails, times out or answers anything else gives None, and the caller does the work itself, so
+results never depend on whether the second process helped.
 """
 
 from __future__ import annotations
