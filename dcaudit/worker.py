@@ -33,9 +33,10 @@ class ScriptWorker:
 
     def __init__(self, module: str, items: Sequence[object]) -> None:
         self.n = len(items)
-        self._dir: str | None = tempfile.mkdtemp(prefix="dcaudit-worker-")
+        self._dir: str | None = None
         self._child: subprocess.Popen[str] | None = None
-        try:
+        try:  # a full or read-only temp directory, a missing interpreter: no worker, the caller does the work
+            self._dir = tempfile.mkdtemp(prefix="dcaudit-worker-")
             path = Path(self._dir) / "items.json"
             path.write_text(json.dumps(list(items)), encoding="utf-8")
             self._child = subprocess.Popen([sys.executable, "-P", "-m", module, str(path)], stdin=subprocess.DEVNULL,

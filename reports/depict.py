@@ -118,18 +118,19 @@ class Depictions:
     def __init__(self, *, ahead: bool = True) -> None:
         self.ahead = ahead  # False: no worker (a caller that needs the depictions at once gains nothing)
         self._svg: dict[str, str | None] = {}
-        self._asked: list[str] = []
+        self._asked: list[str] = []      # what the worker was given, in its order
+        self._pending: set[str] = set()  # the same, to look up
         self._worker: ScriptWorker | None = None
 
     def prefetch(self, smiles: Sequence[str]) -> None:
         """Start drawing ``smiles`` in a worker (when there are enough and a core to spare)."""
         asked = list(dict.fromkeys(s for s in smiles if s and s not in self._svg))
         if self.ahead and self._worker is None and len(asked) >= WORKER_MIN and has_spare_core():
-            self._worker, self._asked = ScriptWorker(__name__, asked), asked
+            self._worker, self._asked, self._pending = ScriptWorker(__name__, asked), asked, set(asked)
 
     def get(self, smiles: str) -> str | None:
         """The depiction of ``smiles`` (None when RDKit cannot draw it)."""
-        if smiles not in self._svg and self._worker is not None and smiles in self._asked:
+        if smiles not in self._svg and self._worker is not None and smiles in self._pending:
             rows = self._worker.results()
             self._worker = None
             if rows is not None and all(r is None or isinstance(r, str) for r in rows):

@@ -35,3 +35,13 @@ def test_a_worker_never_asked_is_stopped_and_its_files_removed() -> None:
     del worker
     assert child.poll() is not None
     assert not os.path.exists(directory)
+
+
+def test_no_temp_directory_means_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def full(**kwargs: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    assert ScriptWorker("dcaudit.features.molecules", ["CCO"]).results() is None
