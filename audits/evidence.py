@@ -24,7 +24,7 @@ import duckdb
 
 from dcaudit.audits import quantiles
 from dcaudit.claims import DUCKDB, Claim, SqlDialect, check_columns, claim_sql, quote_identifier, value_kind
-from dcaudit.errors import SpecError
+from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import EvidenceMap, EvidenceSQL, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
 from dcaudit.inputs import ROW, column_types, guard_nan, label_of, require_numeric
 
@@ -78,6 +78,24 @@ def quantile_cuts_cont(con: duckdb.DuckDBPyConnection, relation: str, columns: t
         aggs.append(f"quantile_cont({x}, [{probs}]) FILTER (WHERE isfinite({x}))")
     row = con.execute(f"SELECT {', '.join(aggs)} FROM {relation} WHERE {where}").fetchall()[0]
     return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
+
+
+_WIDTH_BIN_LIMIT = 2.0**62  # bin numbers are BIGINT, and the codes of NaN and ±inf sit at its ends
+
+
+def _require_width_range(con: duckdb.DuckDBPyConnection, relation: str, column: str, width: float,
+                         rule: str) -> None:
+    """An InputError naming the first finite value whose bin number under ``width`` does not fit a BIGINT
+    (|x / width| >= 2^62: a width far too small for the values, or values near the double range)."""
+    x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+    row = ROW if ROW in column_types(con, relation) else "NULL"
+    found = con.execute(f"SELECT {row}, {x} FROM {relation} WHERE NOT isnan({x}) AND NOT isinf({x}) "
+                        f"AND NOT abs({x} / {width!r}) < {_WIDTH_BIN_LIMIT!r} LIMIT 1").fetchall()
+    if found:
+        first_row, value = found[0]
+        raise InputError(f"fiber rule {rule}: the value {value:g} is more than {_WIDTH_BIN_LIMIT:.1e} widths from 0, "
+                         "beyond the bins dcaudit can number; use a larger width", file=label_of(relation),
+                         row=first_row, column=column)
 
 
 def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None, dialect: SqlDialect = DUCKDB) -> str:
@@ -137,6 +155,8 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     if emap.rule.kind in {"quantile", "width"}:
         for col in emap.columns:
             require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")
+            if emap.rule.kind == "width":
+                _require_width_range(con, relation, col, float(emap.rule.param or 0), str(emap.rule))
     d = engine.dialect if engine is not None else DUCKDB
     source = engine.source(relation) if engine is not None else relation
     y_sql = claim_sql(claim, types, d)

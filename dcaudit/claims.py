@@ -443,7 +443,7 @@ def check_columns(columns: Iterable[str], available: Iterable[str], *, what: str
         return
     hints = []
     for col in unknown:
-        close = difflib.get_close_matches(col, avail, n=3)
+        close = [a for a in avail if a.lower() == col.lower()] or difflib.get_close_matches(col, avail, n=3)
         # A bare SR-p53 tokenizes as SR minus p53: point at the quoted name.
         quoted = [a for a in avail if col in re.split(r"[^A-Za-z0-9_]", a) and a != col]
         near = [repr(c) for c in close] + [f'"{q}" (quote names with - or spaces)' for q in quoted[:2]]

@@ -25,7 +25,7 @@ import gzip
 import hashlib
 import io
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -33,8 +33,8 @@ from typing import Literal
 import duckdb
 import pyarrow as pa
 
-from dcaudit.claims import quote_identifier, quote_string, value_kind
-from dcaudit.errors import InputError, SpecError
+from dcaudit.claims import check_columns, quote_identifier, quote_string, value_kind
+from dcaudit.errors import ClaimError, InputError, SpecError
 from dcaudit.storage import sha256_file
 
 ROW = "__row"  # the 1-based data row of every registered input; the candidate id when there is no id column
@@ -155,11 +155,28 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
-        return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise _pandas_column_problem(data, names, exc) from None
     if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
         return data.to_arrow_table(), "DuckDB relation"
     raise SpecError(f"cannot audit a {module}.{kind}: give a path (CSV, Parquet), a polars, pandas or Arrow "
                     "table, or a DuckDB relation")
+
+
+def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> InputError:
+    """The column of a pandas frame Arrow cannot hold (an object column mixing numbers and text, say),
+    found column by column on this error path, with the value and what to do about it."""
+    for name, column in zip(names, frame.columns, strict=True):  # type: ignore[attr-defined]
+        try:
+            pa.Array.from_pandas(frame[column])  # type: ignore[index]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+            first = str(err).splitlines()[0][:200]
+            return InputError(f"the column's values do not share one type ({first}); give it one type, e.g. "
+                              "pd.to_numeric(df[col], errors='coerce') (text becomes missing) or .astype(str)",
+                              file="pandas DataFrame", column=name)
+    return InputError(f"cannot read as a table ({str(exc).splitlines()[0][:200]})", file="pandas DataFrame")
 
 
 class _HashSink:
@@ -441,6 +458,48 @@ def statistics_off(con: duckdb.DuckDBPyConnection) -> bool:
     return id(con) in _STATISTICS_OFF
 
 
+MIXED_TEXT_KIND = "evidence_numbers_and_text"
+
+
+def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str, *, id_column: str,
+                     source: str = "") -> pa.Table | None:
+    """A findings row when a text ``column`` holds both numbers and other text, else None.
+
+    Such a column is compared as text by an exact fiber rule: a marker like ``NA`` or ``n/a`` becomes a
+    fiber value of its own instead of a missing value, and ``1`` and ``1.0`` are different values. That is
+    kept (the column may well be categories) and reported, with the first text value, its row and whether
+    numbers are spelled more than one way."""
+    if value_kind(column_types(con, relation).get(column, "")) != "text":
+        return None
+    label = label_of(relation)
+    q = quote_identifier(column)
+    has_row = ROW in _columns(con, relation)
+    row = ROW if has_row else "NULL::BIGINT"
+    ident = f"CAST({quote_identifier(id_column)} AS VARCHAR)" if id_column != ROW else f"CAST({ROW} AS VARCHAR)"
+    found = con.execute(f"""
+        SELECT count(*) FILTER (WHERE d IS NOT NULL), count(*) FILTER (WHERE d IS NULL),
+               arg_min(v, r) FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
+               arg_min(i, r) FILTER (WHERE d IS NULL),
+               count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT d) FILTER (WHERE d IS NOT NULL)
+        FROM (SELECT {q} AS v, TRY_CAST(trim({q}) AS DOUBLE) AS d, {row} AS r, {ident} AS i
+              FROM {relation} WHERE {q} IS NOT NULL)""").fetchall()[0]
+    n_numbers, n_text, value, first_row, candidate, spellings, numbers = found
+    if not n_numbers or not n_text:
+        return None
+    detail = (f"{n_numbers} value(s) are numbers and {n_text} are text, e.g. {str(value)[:40]!r}: the column is "
+              "compared as text, so a text value is a fiber value of its own (not missing; leave a missing value "
+              "empty)")
+    if spellings > numbers:
+        detail += f", and numbers written differently (1 and 1.0) are different values ({spellings} spellings of " \
+                  f"{numbers} numbers)"
+    from dcaudit import arrays
+
+    return arrays.table({"source": [source], "file": [label], "row": [first_row], "column": [column],
+                         "kind": [MIXED_TEXT_KIND], "detail": [detail], "candidate_id": [candidate]},
+                        {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
+                         "detail": "string", "candidate_id": "string"})
+
+
 def column_types(con: duckdb.DuckDBPyConnection, relation: str) -> dict[str, str]:
     return {r[0]: str(r[1]) for r in con.execute(f"DESCRIBE {relation}").fetchall()}
 
@@ -451,6 +510,7 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
     ``duplicates = "keep"``, findings rows — one per repeated id, ``duplicate_id_conflicting`` when the
     copies disagree on the claim). Returns None when every id is unique."""
     label = label_of(relation)
+    require_id_column(id_column, _columns(con, relation), label)
     q = quote_identifier(id_column)
     # Only a text id can be blank: for numbers the text cast and trim per row (a third of a small
     # audit's time at 1e6 candidates) cannot find anything
@@ -487,6 +547,19 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
                               n || ' rows share this id' || CASE WHEN conflicting THEN ' and disagree on the claim'
                                                               ELSE '' END AS detail,
                               candidate_id FROM ({dup.sql_query()})""").to_arrow_table()
+
+
+def require_id_column(id_column: str, columns: Iterable[str], label: str) -> None:
+    """An InputError when the candidate id column is not among ``columns`` (near misses named, as for a
+    claim's columns; a frame's index is not one of its columns)."""
+    available = [c for c in columns if c != ROW]
+    if id_column == ROW:
+        return
+    try:
+        check_columns((id_column,), available, what="the id option")
+    except ClaimError as exc:
+        index = "; a pandas index is not a column: reset_index() makes it one" if label == "pandas DataFrame" else ""
+        raise InputError(f"{exc}{index}", file=label) from None
 
 
 _ID_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")

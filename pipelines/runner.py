@@ -49,6 +49,7 @@ from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import ENGINES, Engine, connect
 from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, SpecError, WorkspaceError
 from dcaudit.inputs import (
+    MIXED_TEXT_KIND,
     PARQUET_SUFFIXES,
     ROW,
     RegisteredInput,
@@ -56,7 +57,9 @@ from dcaudit.inputs import (
     check_ids,
     input_digests,
     label_of,
+    numbers_and_text,
     register_input,
+    require_id_column,
 )
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
@@ -77,6 +80,7 @@ class StageContext:
     notes: list[str] = field(default_factory=list)
     findings: list[pa.Table] = field(default_factory=list)   # rows of findings.parquet (duplicate ids, …)
     checked_ids: set[tuple[str, str]] = field(default_factory=set)  # (view, id column) the contract checked
+    checked_text: set[tuple[str, str]] = field(default_factory=set)  # (view, evidence column) checked for text
 
     def view_for(self, table: str | None) -> str:
         if table is None:
@@ -542,6 +546,8 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
         # the id column is read from a CSV as text: an id 007 stays 007
         registered[prepared.name] = register_input(con, prepared.data, label=prepared.label,
                                                    text_columns=(spec.id_column,))
+        # before any stage: every command names a missing id column the same way
+        require_id_column(spec.id_column, registered[prepared.name].columns, registered[prepared.name].label)
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
     else:
@@ -562,12 +568,14 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
             from dcaudit.audits.groups import audit_per_group
 
             on_duckdb(ctx, f"{task.audit_id}: the per-{task.per} audits")
+            check_evidence_text(ctx, ctx.view_for(task.table), task)
 
             for table, parts in audit_per_group(ctx, task, with_candidates=with_candidates).items():
                 out.setdefault(table, []).extend(parts)
             continue
         view = ctx.view_for(task.table)
         check_candidate_ids(ctx, view, task)
+        check_evidence_text(ctx, view, task)
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,
                               labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates,
@@ -594,6 +602,9 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
     if leaked:
         ctx.notes.append(f"{task.audit_id}: the claim reads evidence column(s) {', '.join(leaked)}: the evidence "
                          "then decides the claim by construction (leakage)")
+    if ctx.spec.id_column in task.evidence.columns:
+        ctx.notes.append(f"{task.audit_id}: the evidence includes the id column {ctx.spec.id_column!r}: every "
+                         "candidate is a fiber of its own, so each is certified by construction")
     key = (view, ctx.spec.id_column)
     if key in ctx.checked_ids or ctx.spec.id_column == ROW:
         return
@@ -607,6 +618,24 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
         ctx.findings.append(found)
         ctx.notes.append(f"{found.num_rows} candidate id(s) repeat in {label_of(view)}; kept, each row audited "
                          "as a candidate (findings.parquet lists them)")
+
+
+def check_evidence_text(ctx: StageContext, view: str, task: AuditTask) -> None:
+    """Findings (and a note) for text evidence columns of an exact rule that hold numbers and text, once
+    per (table, column): binned rules refuse text, an exact rule compares it as written."""
+    if task.evidence.rule.kind != "exact":
+        return
+    for column in task.evidence.columns:
+        if (view, column) in ctx.checked_text:
+            continue
+        ctx.checked_text.add((view, column))
+        found = numbers_and_text(ctx.con, view, column, id_column=ctx.spec.id_column, source=ctx.source)
+        if found is None:
+            continue
+        ctx.findings.append(found)
+        row = found.column("row")[0].as_py()
+        ctx.notes.append(f"{label_of(view)}, evidence column {column!r}{f' (row {row})' if row else ''}: "
+                         f"{found.column('detail')[0].as_py()} (findings.parquet, kind {MIXED_TEXT_KIND!r})")
 
 
 def _note_support_moves(ctx: StageContext) -> None:

@@ -96,6 +96,13 @@ def test_width_bins_of_inf_do_not_crash() -> None:
     assert r.summary["n_fibers"].to_list() == [3]
 
 
+@pytest.mark.parametrize("values, width", [([1e308, -1e308, 0.0], "1e-300"), ([2.0**64, 0.0, 1.0], "1")])
+def test_a_width_too_small_for_the_values_names_the_value(values: list[float], width: str) -> None:
+    frame = pl.DataFrame({"id": ["a", "b", "c"], "e": values, "y": [1, 0, 1]})
+    with pytest.raises(InputError, match=rf"fiber rule width:{width}: the value .* row 1, column 'e'"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", fiber_rule=f"width:{width}")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Columns, types and the claim grammar
 
@@ -128,6 +135,30 @@ def test_text_in_a_numeric_column_names_row_and_value(env: dict[str, str], tmp_p
     f = write_csv(tmp_path / "text.csv", f"id,x,y\n{rows}\n30,abc,0\n")
     assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "x", "--fiber-rule", "quantile:4",
                          "--claim", "y = 1"), "text.csv", "row 31", "'x'", "'abc'")
+
+
+def test_numbers_and_text_in_exact_evidence_are_kept_and_reported(env: dict[str, str], tmp_path: Path) -> None:
+    """An exact rule compares a text column as written: 'NA' is a value, 1 and 1.0 differ. Kept (the column
+    may be categories), and said: a finding naming the first text row, and a note on the console."""
+    f = write_csv(tmp_path / "mixed.csv", "id,e,y\n1,1,1\n2,1.0,1\n3,NA,0\n4,0,0\n5,NA,1\n")
+    result = invoke(env, "audit", str(f), "--id", "id", "--evidence", "e", "--claim", "y = 1", "--no-report",
+                    "--out", str(tmp_path / "pkg"))
+    assert result.exit_code == 0, result.output
+    assert "evidence column 'e' (row 3)" in result.output and "'NA'" in result.output
+    found = pq.read_table(tmp_path / "pkg" / "findings.parquet").to_pylist()
+    assert [(r["kind"], r["column"], r["row"], r["candidate_id"]) for r in found] == [
+        ("evidence_numbers_and_text", "e", 3, "3")]
+    assert "3 value(s) are numbers and 2 are text" in found[0]["detail"]
+    assert "3 spellings of 2 numbers" in found[0]["detail"]
+    # the audit itself is the audit of the column as written: '1', '1.0', 'NA', '0' are four fibers
+    assert pq.read_table(tmp_path / "pkg" / "summary.parquet")["n_fibers"].to_pylist() == [4]
+
+
+@pytest.mark.parametrize("values", [["a", "b", "a"], ["1", "2", "1"]])
+def test_text_categories_or_numbers_alone_are_no_finding(values: list[str]) -> None:
+    frame = pl.DataFrame({"id": ["p", "q", "r"], "e": values, "y": [1, 0, 1]})
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id")
+    assert "findings" not in r.tables and not any("numbers and text" in n for n in r.notes)
 
 
 def test_a_value_late_in_a_big_csv_is_still_found(env: dict[str, str], tmp_path: Path) -> None:
@@ -231,6 +262,27 @@ def test_duplicate_and_empty_ids_are_errors_naming_them(env: dict[str, str], tmp
     empty = write_csv(tmp_path / "emptyid.csv", "id,e,y\na,0,1\n,0,0\nc,1,0\n")
     assert "error:" in fails_cleanly(invoke(env, "audit", str(empty), "--id", "id", "--evidence", "e", "--claim", "y = 1"),
                   "empty id", "rows 2")
+
+
+@pytest.mark.parametrize("command, extra", [("audit", ()), ("replay", ("--seeds", "2")),
+                                             ("complete", ("--probes", "p", "--seeds", "1")),
+                                             ("sensitivity", ())])
+def test_an_id_column_the_table_lacks_is_named_on_every_command(env: dict[str, str], tmp_path: Path, command: str,
+                                                                extra: tuple[str, ...]) -> None:
+    f = write_csv(tmp_path / "t.csv", "id,e,p,y\n1,0,1,1\n2,1,0,0\n3,1,1,1\n")
+    args = [command, str(f), "--id", "Id", "--evidence", "e", "--claim", "y = 1", *extra]
+    fails_cleanly(invoke(env, *args, *(() if command == "sensitivity" else ("--no-report",))),
+                  "t.csv", "'Id'", "did you mean 'id'", "available columns: id, e, p, y")
+
+
+def test_a_pandas_index_named_as_the_id_says_it_is_not_a_column() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"e": [1, 1], "y": [1, 0]}, index=pd.Index([5, 6], name="id"))
+    with pytest.raises(InputError, match="reset_index"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id")
+    with pytest.raises(InputError, match="'id'"):
+        dcaudit.replay(pl.from_pandas(frame), evidence="e", claim="y = 1", id="id", seeds=2)
 
 
 def test_kept_duplicates_are_reported_as_findings() -> None:
@@ -356,6 +408,8 @@ def test_leakage_is_noted() -> None:
     frame = pl.DataFrame({"id": ["a", "b"], "e": [0, 1], "y": [1, 0]})
     r = dcaudit.audit(frame, evidence=["e"], claim="e = 1", id="id")
     assert any("leakage" in note for note in r.notes)
+    r = dcaudit.audit(frame, evidence=["id", "e"], claim="y = 1", id="id")
+    assert any("includes the id column 'id'" in note for note in r.notes)
 
 
 def test_nan_in_a_parquet_file_is_seen_despite_its_statistics(tmp_path: Path) -> None:
