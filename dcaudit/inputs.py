@@ -461,20 +461,19 @@ def statistics_off(con: duckdb.DuckDBPyConnection) -> bool:
 MIXED_TEXT_KIND = "evidence_numbers_and_text"
 
 
-def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str, *, id_column: str,
-                     source: str = "") -> pa.Table | None:
+def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
+                     id_column: str, source: str = "") -> pa.Table | None:
     """A findings row when a text ``column`` holds both numbers and other text, else None.
 
     Such a column is compared as text by an exact fiber rule: a marker like ``NA`` or ``n/a`` becomes a
     fiber value of its own instead of a missing value, and ``1`` and ``1.0`` are different values. That is
     kept (the column may well be categories) and reported, with the first text value, its row and whether
-    numbers are spelled more than one way."""
-    if value_kind(column_types(con, relation).get(column, "")) != "text":
+    numbers are spelled more than one way. ``types``: the relation's column types (:func:`column_types`)."""
+    if value_kind(types.get(column, "")) != "text":
         return None
     label = label_of(relation)
     q = quote_identifier(column)
-    has_row = ROW in _columns(con, relation)
-    row = ROW if has_row else "NULL::BIGINT"
+    row = ROW if ROW in types else "NULL::BIGINT"
     ident = f"CAST({quote_identifier(id_column)} AS VARCHAR)" if id_column != ROW else f"CAST({ROW} AS VARCHAR)"
     found = con.execute(f"""
         SELECT count(*) FILTER (WHERE d IS NOT NULL), count(*) FILTER (WHERE d IS NULL),

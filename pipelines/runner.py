@@ -55,6 +55,7 @@ from dcaudit.inputs import (
     RegisteredInput,
     as_arrow,
     check_ids,
+    column_types,
     input_digests,
     label_of,
     numbers_and_text,
@@ -610,7 +611,6 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
         return
     ctx.checked_ids.add(key)
     from dcaudit.claims import claim_sql
-    from dcaudit.inputs import column_types
 
     found = check_ids(ctx.con, view, ctx.spec.id_column, duplicates=ctx.spec.duplicates, source=ctx.source,
                       claim_sql=claim_sql(task.claim, column_types(ctx.con, view)))
@@ -623,13 +623,13 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
 def check_evidence_text(ctx: StageContext, view: str, task: AuditTask) -> None:
     """Findings (and a note) for text evidence columns of an exact rule that hold numbers and text, once
     per (table, column): binned rules refuse text, an exact rule compares it as written."""
-    if task.evidence.rule.kind != "exact":
+    todo = [c for c in task.evidence.columns if (view, c) not in ctx.checked_text]
+    if task.evidence.rule.kind != "exact" or not todo:
         return
-    for column in task.evidence.columns:
-        if (view, column) in ctx.checked_text:
-            continue
+    types = column_types(ctx.con, view)
+    for column in todo:
         ctx.checked_text.add((view, column))
-        found = numbers_and_text(ctx.con, view, column, id_column=ctx.spec.id_column, source=ctx.source)
+        found = numbers_and_text(ctx.con, view, column, types, id_column=ctx.spec.id_column, source=ctx.source)
         if found is None:
             continue
         ctx.findings.append(found)
