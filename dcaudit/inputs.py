@@ -395,6 +395,7 @@ def _first_non_utf8_line(path: Path) -> int | None:
 # Checks that need the data.
 
 _DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
+_THOUSANDS = re.compile(r"^\s*[-+]?\d{1,3}(,\d{3})+(\.\d+)?\s*$")
 
 
 def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
@@ -419,8 +420,12 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                              column=column)
         return  # text that all parses as numbers (e.g. a column read as text): DuckDB casts it
     row, value = found[0]
-    hint = ("; it looks like a decimal comma: write numbers with a decimal point" if _DECIMAL_COMMA.match(value)
-            else "")
+    hint = ""
+    if _THOUSANDS.match(value):  # 1,000 may be a thousands separator as well as a decimal comma: say both
+        hint = ("; it looks like a thousands separator (or a decimal comma): write numbers with a decimal point "
+                "and no separators")
+    elif _DECIMAL_COMMA.match(value):
+        hint = "; it looks like a decimal comma: write numbers with a decimal point"
     raise InputError(f"{why} needs numbers, but the column holds text: {value[:40]!r}{hint}", file=label,
                      row=row, column=column)
 

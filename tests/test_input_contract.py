@@ -213,6 +213,10 @@ def test_decimal_commas_are_recognised(env: dict[str, str], tmp_path: Path) -> N
     f = write_csv(tmp_path / "euro.csv", "id;score;y\n1;0,5;1\n2;1,5;0\n")
     assert "error:" in fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "quantile:2",
                          "--claim", "y = 1"), "decimal comma", "row 1", "'score'")
+    f = write_csv(tmp_path / "thousands.csv", 'id,score,y\n1,"1,000",1\n2,"2,500.5",0\n')
+    assert "thousands separator (or a decimal comma)" in fails_cleanly(invoke(
+        env, "audit", str(f), "--id", "id", "--evidence", "score", "--fiber-rule", "width:10", "--claim", "y = 1"),
+        "'1,000'", "row 1")
 
 
 def test_an_all_empty_column_under_quantile(env: dict[str, str], tmp_path: Path) -> None:
