@@ -24,9 +24,9 @@ import duckdb
 
 from dcaudit.audits import quantiles
 from dcaudit.claims import DUCKDB, Claim, SqlDialect, check_columns, claim_sql, quote_identifier, value_kind
-from dcaudit.errors import InputError, SpecError
+from dcaudit.errors import ClaimError, InputError, SpecError
 from dcaudit.evidence_map import EvidenceMap, EvidenceSQL, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
-from dcaudit.inputs import ROW, column_types, guard_nan, label_of, require_numeric
+from dcaudit.inputs import ROW, column_types, duckdb_message, guard_nan, label_of, require_numeric
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -78,6 +78,16 @@ def quantile_cuts_cont(con: duckdb.DuckDBPyConnection, relation: str, columns: t
         aggs.append(f"quantile_cont({x}, [{probs}]) FILTER (WHERE isfinite({x}))")
     row = con.execute(f"SELECT {', '.join(aggs)} FROM {relation} WHERE {where}").fetchall()[0]
     return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
+
+
+def _require_bindable(con: duckdb.DuckDBPyConnection, relation: str, claim: Claim, types: Mapping[str, str]) -> None:
+    """A ClaimError, before any pass, for a claim the grammar lets through but DuckDB cannot evaluate over
+    these column types (a timestamp or a struct compared with a number): binding it reads no row."""
+    try:
+        con.execute(f"SELECT CAST(({claim_sql(claim, types)}) AS BOOLEAN) FROM {relation} LIMIT 0")
+    except duckdb.Error as exc:
+        raise ClaimError(f"claim {claim.text!r} cannot be evaluated over these columns: "
+                         f"{duckdb_message(exc)}") from None
 
 
 _WIDTH_BIN_LIMIT = 2.0**62  # bin numbers are BIGINT, and the codes of NaN and ±inf sit at its ends
@@ -160,6 +170,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     d = engine.dialect if engine is not None else DUCKDB
     source = engine.source(relation) if engine is not None else relation
     y_sql = claim_sql(claim, types, d)
+    _require_bindable(con, relation, claim, types)
     q = d.identifier
     floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"]
     complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)

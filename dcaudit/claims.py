@@ -308,8 +308,10 @@ class Claim:
 
 # What a DuckDB column type is to the claim grammar: float (may hold NaN), int, bool, text or other.
 _FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8")
-_INT_PREFIXES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-                 "UBIGINT", "UHUGEINT", "DECIMAL", "INT")
+# Exact names: a prefix test would take INTERVAL for INT and BIGINT[] (a list) for BIGINT.
+_INT_TYPES = frozenset(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                        "UBIGINT", "UHUGEINT", "DECIMAL", "INT", "INT1", "INT2", "INT4", "INT8"))
+_DECIMAL = re.compile(r"^DECIMAL\(\d+, ?\d+\)$")
 
 
 def value_kind(duckdb_type: str) -> str:
@@ -317,7 +319,7 @@ def value_kind(duckdb_type: str) -> str:
     t = str(duckdb_type).upper()
     if t in _FLOAT_TYPES:
         return "float"
-    if t.startswith(_INT_PREFIXES):
+    if t in _INT_TYPES or _DECIMAL.match(t):
         return "int"
     if t == "BOOLEAN":
         return "bool"
@@ -364,10 +366,21 @@ def claim_sql(claim: Claim, types: Mapping[str, str], dialect: SqlDialect = DUCK
     if kind != "bool":
         raise ClaimError(f"claim {claim.text!r} is {_WORDS[kind]}, not true/false: compare it, e.g. "
                          f"'{claim.text} = 1'")
-    if claim.columns and not _null_propagating(claim.tree):
-        empty = " OR ".join(f"{dialect.identifier(c)} IS NULL" for c in claim.columns)
-        return f"CASE WHEN {empty} THEN NULL ELSE {sql} END"
+    if not _null_propagating(claim.tree):
+        # and/or can decide past a NULL operand (TRUE OR NULL): NULL wherever a column is empty, and
+        # wherever an operand is undefined (NaN, division by zero), as a lone comparison would be
+        empty = [f"{dialect.identifier(c)} IS NULL" for c in claim.columns]
+        undefined = [f"({leaf}) IS NULL" for leaf in _operands(claim.tree, types, claim.text, dialect)]
+        return f"CASE WHEN {' OR '.join(empty + undefined)} THEN NULL ELSE {sql} END"
     return sql
+
+
+def _operands(node: Node, types: Mapping[str, str], text: str, d: SqlDialect) -> list[str]:
+    """The SQL of the operands that and / or / not combine (comparisons, boolean columns and literals), each
+    NULL exactly where it is empty or undefined."""
+    if node.kind in {"and", "or", "not"}:
+        return [sql for child in node.children for sql in _operands(child, types, text, d)]
+    return [_typed(node, types, text, d)[0]] if node.kind != "bool" else []
 
 
 def _null_propagating(node: Node) -> bool:
@@ -410,6 +423,11 @@ def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCK
         if not _comparable(ka, kb):
             raise ClaimError(f"claim {text!r} compares {_describe(node.children[0], ka)} with "
                              f"{_describe(node.children[1], kb)}")
+        # true/false against a number compares as 1/0 (DuckDB binds BOOLEAN > 0.5 to no comparison)
+        if ka == "bool" and kb in _NUMERIC:
+            a = f"CAST({a} AS INTEGER)"
+        elif kb == "bool" and ka in _NUMERIC:
+            b = f"CAST({b} AS INTEGER)"
         return f"({a} {node.value} {b})", "bool"
     if k in {"and", "or", "not"}:
         for child, (_, kind) in zip(node.children, parts, strict=True):

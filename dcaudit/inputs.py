@@ -25,7 +25,7 @@ import gzip
 import hashlib
 import io
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -81,12 +81,21 @@ def check_file(path: Path) -> Path:
 
 
 def check_unique_columns(names: list[str] | tuple[str, ...], label: str) -> None:
+    """An InputError for two columns with one name — or with names that differ only in case: DuckDB, which
+    runs every audit, resolves column names case-insensitively and would rename the second (``a_1``) — and
+    for a column named like the row numbers every input gets (:data:`ROW`)."""
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
-        if name in seen:
-            raise InputError(f"duplicate column name {name!r} at positions {seen[name] + 1} and {i + 1}; "
-                             "rename one of them", file=label)
-        seen[name] = i
+        key = name.lower()
+        if key == ROW:
+            raise InputError(f"column name {name!r} (position {i + 1}) is dcaudit's own: it numbers the rows of "
+                             "every input; rename the column", file=label)
+        if key in seen:
+            first = names[seen[key]]
+            what = (f"duplicate column name {name!r}" if first == name else
+                    f"column names {first!r} and {name!r} differ only in case (DuckDB does not tell them apart)")
+            raise InputError(f"{what} at positions {seen[key] + 1} and {i + 1}; rename one of them", file=label)
+        seen[key] = i
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -105,8 +114,7 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     name = label or kind
     if isinstance(table, pa.Table):
         check_unique_columns(table.column_names, name)
-        if ROW in table.column_names:
-            table = table.drop([ROW])
+        table = _duckdb_readable(table, name)
         table = table.append_column(ROW, _row_numbers(table.num_rows))
     else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here
         check_unique_columns(table.schema.names, name)
@@ -114,6 +122,27 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     con.register(f"_arrow_{_safe(name)}", table)
     con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}")
     return _described(con, view, name, has_row=isinstance(table, pa.Table))
+
+
+def _duckdb_readable(table: pa.Table, label: str) -> pa.Table:
+    """``table`` with every column DuckDB reads as the same values: half floats widened to float (DuckDB
+    cannot scan them; the widening is exact); an InputError for durations finer than DuckDB's microsecond
+    INTERVAL, which it would round (1 ns and 500 ns would be one value)."""
+    import numpy as np
+
+    from dcaudit import arrays
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_float16(f.type):
+            table = table.set_column(i, pa.field(f.name, pa.float32()), table.column(i).cast(pa.float32()))
+        elif pa.types.is_duration(f.type) and f.type.unit == "ns":
+            ticks = arrays.values(table.column(i).cast(pa.int64()), np.int64)[arrays.valid(table.column(i))]
+            if len(ticks) and bool((ticks % 1000 != 0).any()):
+                raise InputError("durations finer than a microsecond, which DuckDB's INTERVAL would round "
+                                 "(1 ns and 500 ns would be one value); give them as numbers, e.g. "
+                                 "nanoseconds (.dt.total_nanoseconds() in polars, .dt.value in pandas)",
+                                 file=label, column=f.name)
+    return table
 
 
 def input_digests(data: object, label: str | None = None) -> dict[str, str]:
@@ -147,22 +176,40 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
         return data.read_all(), "Arrow record batch reader"
     if module == "pyarrow" and kind.endswith("Dataset"):
         return data, "Arrow dataset"
-    if module == "polars":
-        if kind == "LazyFrame":
-            return data.collect().to_arrow(), "polars LazyFrame"  # type: ignore[attr-defined]
-        if kind == "DataFrame":
-            return data.to_arrow(), "polars DataFrame"  # type: ignore[attr-defined]
+    if module == "polars" and kind in ("LazyFrame", "DataFrame"):
+        what = f"polars {kind}"
+        try:
+            frame = data.collect() if kind == "LazyFrame" else data  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - the user's query failed: polars' own message, one line
+            raise InputError(f"the LazyFrame could not be collected: {_first_line(exc)}", file=what) from None
+        objects = [n for n, t in frame.schema.items() if str(t) == "Object"]  # type: ignore[attr-defined]
+        if objects:  # Python objects: to_arrow would hand over their addresses
+            raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
+                             "cast it to numbers or text", file=what, column=objects[0])
+        return _converted(frame.to_arrow, what), what  # type: ignore[attr-defined]
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
         try:
             return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
             raise _pandas_column_problem(data, names, exc) from None
     if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
-        return data.to_arrow_table(), "DuckDB relation"
+        return _converted(data.to_arrow_table, "DuckDB relation"), "DuckDB relation"
     raise SpecError(f"cannot audit a {module}.{kind}: give a path (CSV, Parquet), a polars, pandas or Arrow "
                     "table, or a DuckDB relation")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _converted(convert: Callable[[], pa.Table], what: str) -> pa.Table:
+    """``convert()`` (a frame's or relation's export to Arrow), its failure an InputError in one line."""
+    try:
+        return convert()
+    except Exception as exc:  # noqa: BLE001 - any library's conversion error: the user's data or handle
+        raise InputError(f"cannot read as an Arrow table: {_first_line(exc)}", file=what) from None
 
 
 def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> InputError:
@@ -171,9 +218,9 @@ def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> I
     for name, column in zip(names, frame.columns, strict=True):  # type: ignore[attr-defined]
         try:
             pa.Array.from_pandas(frame[column])  # type: ignore[index]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as err:
             first = str(err).splitlines()[0][:200]
-            return InputError(f"the column's values do not share one type ({first}); give it one type, e.g. "
+            return InputError(f"Arrow cannot hold the column as one type ({first}); give it one plain type, e.g. "
                               "pd.to_numeric(df[col], errors='coerce') (text becomes missing) or .astype(str)",
                               file="pandas DataFrame", column=name)
     return InputError(f"cannot read as a table ({str(exc).splitlines()[0][:200]})", file="pandas DataFrame")
@@ -224,13 +271,17 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
     if lower.endswith(PARQUET_SUFFIXES):
         names = _parquet_schema(path)
         check_unique_columns(names, text)
-        drop = f" EXCLUDE ({quote_identifier(ROW)})" if ROW in names else ""
-        _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, *{drop} EXCLUDE (file_row_number) "
+        if "file_row_number" in (n.lower() for n in names):
+            # DuckDB numbers the rows in a column of that name and refuses a file that has one: read the
+            # file through Arrow instead (the rare case; a copy in memory) and number the rows as for a CSV
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            return register_input(con, table, label=name)
+        _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number) "
                                 f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)", text)
     elif lower.endswith(CSV_SUFFIXES):
-        table = read_csv(path, text_columns)
-        if ROW in table.column_names:
-            table = table.drop([ROW])
+        table = read_csv(path, text_columns)  # its header passed check_unique_columns
         table = table.append_column(ROW, _row_numbers(table.num_rows))
         con.register(f"_csv_{_safe(name)}", table)
         _create_view(con, view, f"SELECT * FROM {quote_identifier(f'_csv_{_safe(name)}')}", text)
@@ -317,6 +368,9 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
         temporal = {f.name: pa.string() for f in table.schema if pa.types.is_temporal(f.type)}
         if temporal:  # read again with those columns as text: a cast back would not give the file's text
             table = _arrow_csv(path, sep, as_text | temporal)
+        exact = _exact_integer_types(path, sep, table)
+        if exact:  # read again with integers a double would round kept exact
+            table = _arrow_csv(path, sep, as_text | temporal | exact)
     except (pa.ArrowInvalid, OSError, EOFError) as exc:
         if "Empty CSV file" in str(exc):
             raise InputError("file has no header or data", file=text) from None
@@ -331,11 +385,43 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
     return table
 
 
-def _arrow_csv(path: Path, sep: str, column_types: Mapping[str, pa.DataType] | None = None) -> pa.Table:
+_EXACT_DOUBLE = 2.0**53  # every integer up to this is a double exactly; above it doubles skip integers
+_INTEGER_TEXT = re.compile(r"^\s*[-+]?\d+\s*$")
+
+
+def _exact_integer_types(path: Path, sep: str, table: pa.Table) -> dict[str, pa.DataType]:
+    """Column -> the type that keeps its values exact, for double columns holding integers beyond 2^53 the
+    double does not hold exactly (12345678901234567890 and …891 would be one value): DECIMAL(38, 0) when
+    every value is an integer, else the file's text. Only columns with such a magnitude are read again."""
+    import numpy as np
+
+    from dcaudit import arrays
+
+    big = []
+    for f in table.schema:
+        if pa.types.is_floating(f.type):
+            values = arrays.values(table.column(f.name), np.float64)[arrays.valid(table.column(f.name))]
+            if len(values) and bool((np.abs(values[np.isfinite(values)]) >= _EXACT_DOUBLE).any()):
+                big.append(f.name)
+    if not big:
+        return {}
+    text = _arrow_csv(path, sep, {c: pa.string() for c in big}, include=big)
+    out: dict[str, pa.DataType] = {}
+    for name in big:
+        tokens = [t for t in text.column(name).to_pylist() if t is not None]
+        integers = [t for t in tokens if _INTEGER_TEXT.match(t)]
+        if any(float(t) != int(t) for t in integers if abs(int(t)) >= _EXACT_DOUBLE):
+            fits = len(integers) == len(tokens) and all(len(t.strip().lstrip("+-")) <= 38 for t in tokens)
+            out[name] = pa.decimal128(38, 0) if fits else pa.string()
+    return out
+
+
+def _arrow_csv(path: Path, sep: str, column_types: Mapping[str, pa.DataType] | None = None, *,
+               include: list[str] | None = None) -> pa.Table:
     import pyarrow.csv as pacsv
 
     convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
-                                   column_types=dict(column_types or {}))
+                                   column_types=dict(column_types or {}), include_columns=include or [])
     # newlines_in_values: a quoted field may span lines (as in polars and Python's csv module)
     parse = pacsv.ParseOptions(delimiter=sep, newlines_in_values=True)
     return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
@@ -426,7 +512,8 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                 "and no separators")
     elif _DECIMAL_COMMA.match(value):
         hint = "; it looks like a decimal comma: write numbers with a decimal point"
-    raise InputError(f"{why} needs numbers, but the column holds text: {value[:40]!r}{hint}", file=label,
+    holds = "text" if kind == "text" else f"{str(types.get(column, '')).lower() or 'other'} values"
+    raise InputError(f"{why} needs numbers, but the column holds {holds}: {value[:40]!r}{hint}", file=label,
                      row=row, column=column)
 
 
@@ -482,8 +569,8 @@ def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str,
     ident = f"CAST({quote_identifier(id_column)} AS VARCHAR)" if id_column != ROW else f"CAST({ROW} AS VARCHAR)"
     found = con.execute(f"""
         SELECT count(*) FILTER (WHERE d IS NOT NULL), count(*) FILTER (WHERE d IS NULL),
-               arg_min(v, r) FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
-               arg_min(i, r) FILTER (WHERE d IS NULL),
+               {'arg_min(v, r)' if ROW in types else 'min(v)'} FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
+               {'arg_min(i, r)' if ROW in types else 'min(i)'} FILTER (WHERE d IS NULL),
                count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT d) FILTER (WHERE d IS NOT NULL)
         FROM (SELECT {q} AS v, TRY_CAST(trim({q}) AS DOUBLE) AS d, {row} AS r, {ident} AS i
               FROM {relation} WHERE {q} IS NOT NULL)""").fetchall()[0]
@@ -555,9 +642,16 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
 
 def require_id_column(id_column: str, columns: Iterable[str], label: str) -> None:
     """An InputError when the candidate id column is not among ``columns`` (near misses named, as for a
-    claim's columns; a frame's index is not one of its columns)."""
+    claim's columns; a frame's index is not one of its columns), or when there is no id column and the
+    input has no row numbers to stand in for one (:data:`ROW` not among ``columns``: a Parquet glob, an
+    Arrow dataset)."""
+    columns = list(columns)
     available = [c for c in columns if c != ROW]
     if id_column == ROW:
+        if ROW not in columns:
+            raise InputError("this input has no single row numbering (a Parquet glob or an Arrow dataset is read "
+                             "in parts), so the row cannot be the candidate id: give the id column (--id / id=)",
+                             file=label)
         return
     try:
         check_columns((id_column,), available, what="the id option")

@@ -548,7 +548,8 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
         registered[prepared.name] = register_input(con, prepared.data, label=prepared.label,
                                                    text_columns=(spec.id_column,))
         # before any stage: every command names a missing id column the same way
-        require_id_column(spec.id_column, registered[prepared.name].columns, registered[prepared.name].label)
+        user = registered[prepared.name]
+        require_id_column(spec.id_column, (*user.columns, *((ROW,) if user.has_row else ())), user.label)
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
     else:

@@ -83,6 +83,17 @@ def test_division_by_zero_and_nan_in_a_claim_make_it_undefined_never_true() -> N
     assert r.candidates.filter(pl.col("candidate_id") == "b")["claim_value"].to_list() == [True]
 
 
+@pytest.mark.parametrize("claim", ["y = 1 or f > 5", "y = 1 or 1 / c > 5", "not (y = 0 and f > 5)"])
+def test_and_or_never_decide_past_an_undefined_operand(claim: str) -> None:
+    """TRUE OR NULL is TRUE in SQL: a NaN or a division by zero inside an and/or would decide the claim
+    where a lone comparison is undefined. It is undefined, as an empty operand is missing."""
+    frame = pl.DataFrame({"id": list("abcd"), "x": [1, 1, 2, 2], "y": [1, 0, 1, 0], "f": [math.nan, 1.0, 2.0, 3.0],
+                          "c": [0, 1, 1, 1]})
+    r = dcaudit.audit(frame, evidence="x", claim=claim, id="id")
+    assert r.candidates["excluded_reason"].to_list() == ["claim_undefined", None, None, None]
+    assert r.summary["n_candidates"].to_list() == [3]
+
+
 def test_a_nan_compared_is_undefined() -> None:
     frame = pl.DataFrame({"id": ["a", "b"], "e": [1, 1], "score": [math.nan, 0.9]})
     r = dcaudit.audit(frame, evidence="e", claim="score > 0.5", id="id")
@@ -112,6 +123,96 @@ def test_duplicate_column_names_are_an_error_naming_both_positions(env: dict[str
     out = fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "e1", "--claim", "y = 1"),
                         "dup.csv", "'e1'", "positions 2 and 3")
     assert "e1_1" not in out
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet", "polars"])
+def test_column_names_differing_only_in_case_are_an_error(env: dict[str, str], tmp_path: Path, kind: str) -> None:
+    """DuckDB resolves names case-insensitively and would rename the second to a_1, a name the user never
+    wrote: refused like a duplicate, naming both."""
+    frame = pl.DataFrame({"id": [1, 2], "A": [1, 0], "a": [0, 1], "y": [1, 0]})
+    if kind == "polars":
+        with pytest.raises(InputError, match="'A' and 'a' differ only in case.*positions 2 and 3"):
+            dcaudit.audit(frame, evidence="A", claim="y = 1", id="id")
+        return
+    f = tmp_path / f"case.{kind}"
+    frame.write_csv(f) if kind == "csv" else frame.write_parquet(f)
+    out = fails_cleanly(invoke(env, "audit", str(f), "--id", "id", "--evidence", "A", "--claim", "y = 1"),
+                        f"case.{kind}", "'A' and 'a' differ only in case", "positions 2 and 3")
+    assert "a_1" not in out
+
+
+def test_a_parquet_column_named_file_row_number_is_read(tmp_path: Path) -> None:
+    """DuckDB's row numbering would clash with it; the file is read all the same, rows numbered from 1."""
+    f = tmp_path / "frn.parquet"
+    pl.DataFrame({"id": ["p", "q", "r"], "file_row_number": [7, 7, 9], "y": [1, 0, 1]}).write_parquet(f)
+    r = dcaudit.audit(f, evidence="file_row_number", claim="y = 1", id="id")
+    assert r.summary["n_fibers"].to_list() == [2] and r.summary["ambiguous"].to_list() == [2]
+    assert dcaudit.audit(f, evidence="file_row_number", claim="y = 1").tables["candidates"]["candidate_id"].to_list() \
+        == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet", "pandas", "arrow"])
+def test_the_row_number_column_name_is_reserved(env: dict[str, str], tmp_path: Path, kind: str) -> None:
+    frame = pl.DataFrame({"__row": [9, 9], "x": [1, 2], "y": [1, 0]})
+    if kind in ("pandas", "arrow"):
+        with pytest.raises(InputError, match="'__row' .* is dcaudit's own"):
+            dcaudit.audit(frame.to_pandas() if kind == "pandas" else frame.to_arrow(), evidence="x", claim="y = 1")
+        return
+    f = tmp_path / f"r.{kind}"
+    frame.write_csv(f) if kind == "csv" else frame.write_parquet(f)
+    fails_cleanly(invoke(env, "audit", str(f), "--evidence", "x", "--claim", "y = 1"), "'__row'", "rename")
+
+
+def test_inputs_without_row_numbers_need_an_id(env: dict[str, str], tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    for i in range(2):
+        pq.write_table(pa.table({"x": [i, i + 1], "y": [1, 0]}), tmp_path / f"part{i}.parquet")
+    fails_cleanly(invoke(env, "audit", str(tmp_path / "part*.parquet"), "--evidence", "x", "--claim", "y = 1"),
+                  "no single row numbering", "--id")
+    with pytest.raises(InputError, match="no single row numbering"):
+        dcaudit.audit(ds.dataset(tmp_path / "part0.parquet"), evidence="x", claim="y = 1")
+
+
+def test_frames_dcaudit_cannot_read_as_values_are_errors_naming_them() -> None:
+    import duckdb
+    import numpy as np
+    import pandas as pd
+
+    objects = pl.DataFrame({"id": list("ab"), "x": pl.Series([1.5, 2.5], dtype=pl.Object), "y": [1, 0]})
+    with pytest.raises(InputError, match="polars Object column .* column 'x'"):
+        dcaudit.audit(objects, evidence="x", claim="y = 1", id="id")
+    nanoseconds = pd.DataFrame({"id": list("abcd"), "x": pd.to_timedelta([1, 1, 500, 500], unit="ns"),
+                                "y": [1, 1, 0, 0]})
+    with pytest.raises(InputError, match="finer than a microsecond.*column 'x'"):
+        dcaudit.audit(nanoseconds, evidence="x", claim="y = 1", id="id")
+    seconds = nanoseconds.assign(x=pd.to_timedelta([1, 1, 500, 500], unit="s"))
+    assert dcaudit.audit(seconds, evidence="x", claim="y = 1", id="id").summary["n_fibers"].to_list() == [2]
+    half = pa.table({"id": list("abcd"), "x": pa.array(np.array([1.5, 1.5, 2.5, 2.5], dtype=np.float16)),
+                     "y": [1, 1, 0, 0]})
+    assert dcaudit.audit(half, evidence="x", claim="y = 1", id="id").summary["certified_true"].to_list() == [2]
+    with pytest.raises(InputError, match="could not be collected"):
+        dcaudit.audit(pl.LazyFrame({"x": [1]}).select("zz"), evidence="x", claim="x = 1")
+    con = duckdb.connect()
+    rel = con.sql("SELECT 1 AS x")
+    con.close()
+    with pytest.raises(InputError, match="DuckDB relation"):
+        dcaudit.audit(rel, evidence="x", claim="x = 1")
+
+
+@pytest.mark.parametrize("claim", ["d > 1", "s > 1"])
+def test_claims_over_dates_and_structs_compared_with_numbers_fail_in_one_line(claim: str) -> None:
+    frame = pa.table({"id": ["a", "b"], "x": [1, 2], "d": pa.array([1, 2], pa.timestamp("us")),
+                      "s": [{"u": 1}, {"u": 2}]})
+    with pytest.raises(ClaimError, match="cannot be evaluated over these columns"):
+        dcaudit.audit(frame, evidence="x", claim=claim, id="id")
+
+
+def test_true_false_compares_with_numbers_as_one_and_zero() -> None:
+    frame = pa.table({"id": ["a", "b", "c"], "x": [1, 2, 3], "b": [True, False, None]})
+    for claim in ("b > 0.5", "0.5 < b", "b = 1"):
+        r = dcaudit.audit(frame, evidence="x", claim=claim, id="id")
+        assert r.candidates["claim_value"].to_list() == [True, False, None], claim
 
 
 def test_duplicate_columns_in_a_pandas_frame() -> None:
@@ -183,6 +284,22 @@ def test_csv_types_a_late_value_widens_its_column_never_rounds_into_it(tmp_path:
     assert table.column("x")[-1].as_py() == 1.5 and table.column("x")[-2].as_py() == 399_999.0
     assert table.schema.field("w").type == pa.string() and table.column("w")[-1].as_py() == "abc"
     assert table.num_rows == 400_001
+
+
+@pytest.mark.parametrize("values, kind", [(["12345678901234567890", "12345678901234567891"], "decimal"),
+                                          (["9007199254740993", "9007199254740992", "1.5"], "text"),
+                                          (["1e20", "2e20"], "double")])
+def test_csv_integers_a_double_would_round_stay_exact(tmp_path: Path, values: list[str], kind: str) -> None:
+    """Integers beyond 2^53 (or beyond int64, which pyarrow reads as double) would be rounded into one
+    value: kept as DECIMAL(38, 0), or as the file's text when the column has fractions too."""
+    from dcaudit.inputs import read_csv
+
+    rows = "".join(f"r{i},{v},{i % 2}\n" for i, v in enumerate(values))
+    f = write_csv(tmp_path / "big.csv", f"id,e,y\n{rows}")
+    t = read_csv(f).schema.field("e").type
+    assert {"decimal": pa.types.is_decimal, "text": pa.types.is_string, "double": pa.types.is_floating}[kind](t), t
+    r = dcaudit.audit(f, evidence="e", claim="y = 1", id="id")
+    assert r.summary["n_fibers"].to_list() == [len(values)]
 
 
 def test_csv_text_stays_as_written(tmp_path: Path) -> None:
