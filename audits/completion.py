@@ -57,7 +57,7 @@ from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_ru
 from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
-from dcaudit.spec import AuditTask, check_keys
+from dcaudit.spec import AuditTask, check_keys, typed_fields
 from dcaudit.stage import StageContext, StageTables
 
 POLICIES = defaults.COMPLETION_POLICIES
@@ -120,6 +120,8 @@ class CompletionConfig:
     def __post_init__(self) -> None:
         if not self.probes:
             raise SpecError("completion: name at least one probe column")
+        if not 0 <= self.seed_offset <= defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
+            raise SpecError(f"completion: seed_offset must be from 0 to {defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
         if len(set(self.probes)) != len(self.probes):
             raise SpecError(f"completion: probes repeat: {', '.join(self.probes)}")
         if len(self.probes) > 62:
@@ -713,24 +715,11 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
     costs = parse_costs(section.get("costs"))
     default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
     policies = _as_list(section.get("policies", default), "policies")
-    steps = section.get("steps")
-    try:
-        config = CompletionConfig(
-            probes=_as_list(section["probes"], "probes"),
-            seeds=int(section.get("seeds", CompletionConfig.seeds)),
-            calibration_fraction=float(section.get("calibration_fraction", CompletionConfig.calibration_fraction)),
-            min_support=int(section.get("min_support", task.min_support)),
-            policies=policies,
-            random_draws=int(section.get("random_draws", CompletionConfig.random_draws)),
-            seed_offset=int(section.get("seed_offset", CompletionConfig.seed_offset)),
-            steps=int(steps) if steps is not None else None,
-            refinement=str(section.get("refinement", CompletionConfig.refinement)),
-            tie_break=str(section.get("tie_break", CompletionConfig.tie_break)),
-            costs=costs,
-            budget=float(section["budget"]) if section.get("budget") is not None else None,
-        )
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"[completion]: {exc}") from None
+    # each scalar as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
+    scalars = {k: v for k, v in section.items() if k not in ("probes", "policies", "costs")}
+    values = {"min_support": task.min_support, **typed_fields(CompletionConfig, scalars, "[completion]:")}
+    config = CompletionConfig(probes=_as_list(section["probes"], "probes"), policies=policies,  # type: ignore[arg-type]
+                              costs=costs, **values)
     return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
 
 

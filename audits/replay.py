@@ -104,7 +104,7 @@ from dcaudit.engine import memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
-from dcaudit.spec import check_keys
+from dcaudit.spec import check_keys, typed_fields
 from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
 
@@ -136,6 +136,8 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.seeds <= MAX_SEEDS:
             raise SpecError(f"replay: seeds must be from 1 to {MAX_SEEDS}, got {self.seeds}")
+        if not 0 <= self.seed_offset <= defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
+            raise SpecError(f"replay: seed_offset must be from 0 to {defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
         if not 0.0 < self.calibration_fraction < 1.0:
             raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
@@ -1268,20 +1270,9 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
         raise SpecError(f"{origin} must be a table of settings")
     check_keys(raw, _SECTION_KEYS, origin)
     windowed = "tolerance" in raw
-    d = ReplayConfig
-    try:
-        cfg = ReplayConfig(
-            seeds=int(raw.get("seeds", d.seeds)),
-            seed_offset=int(raw.get("seed_offset", d.seed_offset)),
-            calibration_fraction=float(raw.get("calibration_fraction", d.calibration_fraction)),
-            min_support=int(raw.get("min_support", default_min_support(windowed=windowed))),
-            mode=str(raw.get("mode", d.mode)),  # type: ignore[arg-type]
-            epsilon=float(raw.get("epsilon", d.epsilon)),
-            delta=float(raw.get("delta", d.delta)),
-            prices=tuple(float(p) for p in raw.get("prices", d.prices)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"{origin}: {exc}") from exc
+    # each value as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
+    values = {"min_support": default_min_support(windowed=windowed), **typed_fields(ReplayConfig, raw, f"{origin}:")}
+    cfg = ReplayConfig(**values)  # type: ignore[arg-type] # typed_fields checked each value's type
     audits = raw.get("audits")
     if isinstance(audits, str):
         audits = [audits]

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,8 +26,8 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from dcaudit.config import Settings
-from dcaudit.errors import IntegrityError, MissingSourceError, SpecError
-from dcaudit.spec import check_keys
+from dcaudit.errors import IntegrityError, MissingSourceError
+from dcaudit.spec import check_keys, typed_fields
 from dcaudit.storage import cached_table, md5_file, sha256_file
 
 __all__ = ["Connector", "FetchedFile", "NoOptions", "PreparedSource", "SourceConnector", "SourceFile",
@@ -111,73 +109,13 @@ class NoOptions:
     """For connectors that take no ``[source]`` options."""
 
 
-def _describe(tp: object) -> str:
-    if tp is str:
-        return "a string"
-    if tp is bool:
-        return "true or false"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) is tuple:
-        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args if a is not type(None))
-    return str(tp)
-
-
-def _coerce(value: object, tp: object) -> object:
-    """``value`` as ``tp`` (str, bool, int, float, tuple[X, ...], X | None); ValueError when it is not."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, arg)
-            except ValueError:
-                continue
-        raise ValueError
-    if origin is tuple:
-        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise ValueError
-        return tuple(_coerce(v, args[0]) for v in items)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ValueError
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ValueError
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ValueError
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ValueError
-    return value
-
-
 def parse_options(connector: str, options_type: type[OptionsT], raw: Mapping[str, object] | None) -> OptionsT:
     """A spec's ``[source]`` options as ``options_type``; unknown names and wrong types are one SpecError."""
     raw = dict(raw or {})
     fields = {f.name: f for f in dataclasses.fields(options_type)}  # type: ignore[arg-type]
-    check_keys(raw, fields, f"[source] connector {connector!r}", what="option")
-    hints = typing.get_type_hints(options_type)
-    values = {}
-    for key, value in raw.items():
-        try:
-            values[key] = _coerce(value, hints[key])
-        except (ValueError, TypeError):
-            raise SpecError(f"[source] connector {connector!r}: option {key} must be {_describe(hints[key])}, "
-                            f"got {value!r}") from None
-    return options_type(**values)
+    where = f"[source] connector {connector!r}"
+    check_keys(raw, fields, where, what="option")
+    return options_type(**typed_fields(options_type, raw, f"{where}: option"))
 
 
 def _now() -> str:

@@ -31,7 +31,7 @@ from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
 from dcaudit.inputs import ROW, Duplicates
-from dcaudit.spec import AuditTask, check_keys
+from dcaudit.spec import AuditTask, check_keys, typed_fields
 
 if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
     import duckdb
@@ -349,8 +349,10 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
     check_keys(config, allowed, "replay()", what="option")
     support = min_support if min_support is not None else default_min_support(windowed=tolerance is not None)
     section: dict[str, Any] = {**config, "min_support": support}
-    if "prices" in section:
+    if isinstance(section.get("prices"), tuple):  # the spec form is a list; one number is a list of one
         section["prices"] = list(section["prices"])
+    elif isinstance(section.get("prices"), int | float) and not isinstance(section["prices"], bool):
+        section["prices"] = [section["prices"]]
     if tolerance is not None:
         section["tolerance"] = tolerance
     if reference is not None:
@@ -373,7 +375,8 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
 
     allowed = set(_defaults_of(CompletionConfig))
     check_keys(config, allowed, "complete()", what="option")
-    support = int(config.get("min_support", CompletionConfig.min_support))
+    support = typed_fields(CompletionConfig, {"min_support": config.get("min_support", CompletionConfig.min_support)},
+                           "complete():")["min_support"]
     section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
     section["probes"] = evidence_list(probes)
     if isinstance(section.get("costs"), list):  # pairs from Python: the spec form is a table probe -> price
@@ -393,10 +396,11 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     window rules ``knn:K`` / ``window:T`` (default: quantile 5/10/20/40, knn 25/50/100), plus tolerance
     windows (a width, ``mae`` or ``q80`` against ``reference``)."""
     section: dict[str, Any] = {"min_support": min_support}
+    # one rule or tolerance given as a string is a list of one (list("mae") would be three letters)
     if rules is not None:
-        section["rules"] = list(rules)
+        section["rules"] = [rules] if isinstance(rules, str) else list(rules)
     if tolerances is not None:
-        section["tolerances"] = list(tolerances)
+        section["tolerances"] = [tolerances] if isinstance(tolerances, str | int | float) else list(tolerances)
     if reference is not None:
         section["reference"] = reference
     columns = evidence_list(evidence)

@@ -28,6 +28,7 @@ PRICE_AWARE_POLICIES: Final = ("price_aware", "price_aware_conservative")  # the
 REPLAY_MODES: Final = ("exact", "calibrated", "familywise")
 REPLAY_SEEDS = 100
 SEED_OFFSET = 0
+MAX_SEED_OFFSET = 2**62  # seed numbers are BIGINT (DuckDB, the package tables): offset + seeds must fit
 CALIBRATION_FRACTION = 0.5
 REPLAY_MODE: Final = "exact"       # or "calibrated" (Clopper-Pearson bound on the minority rate <= epsilon)
 EPSILON = 0.05

@@ -7,11 +7,15 @@ named by their stem (``dcaudit run tox21``). Sections later stages read (``[repl
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import numbers
 import re
 import tomllib
-from collections.abc import Collection, Iterable
+import types
+import typing
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -76,6 +80,77 @@ def check_keys(raw: Iterable[object], allowed: Collection[str], where: str, *, w
         hint = "; ".join(f"{n!r}: did you mean {m[0]!r}?" for n, m in close.items() if m)
         raise SpecError(f"{where}: unknown {what}(s) {names}" + (f" ({hint})" if hint else "")
                         + f"; allowed: {sorted(allowed)}")
+
+
+def describe_type(tp: object) -> str:
+    """How a message names a type: 'an integer', 'a list of numbers', …"""
+    if tp is str:
+        return "a string"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {describe_type(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(describe_type(a) for a in args if a is not type(None))
+    return str(tp)
+
+
+def coerce(value: object, tp: object) -> object:
+    """``value`` as ``tp`` (str, bool, int, float, tuple[X, ...], X | None); ValueError when it is not."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg)
+            except ValueError:
+                continue
+        raise ValueError
+    if origin is tuple:
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError
+        return tuple(coerce(v, args[0]) for v in items)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError
+    if tp is int:  # numpy's integers too (numbers.Integral); never a bool, never 2.5 cut to 2
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        raise ValueError
+    if tp is float:
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError
+    return value
+
+
+def typed_fields(config_type: type, raw: Mapping[str, object], where: str) -> dict[str, object]:
+    """The values of ``raw`` whose keys are fields of the dataclass ``config_type``, each as its field's
+    type (:func:`coerce`): ``2.5`` or ``true`` is no integer, ``"0.1"`` no list of numbers. A value of the
+    wrong type is one SpecError naming ``where``, the key, the type and the value; other keys are left out."""
+    hints = typing.get_type_hints(config_type)
+    names = {f.name for f in dataclasses.fields(config_type)}
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            continue
+        try:
+            values[key] = coerce(value, hints[key])
+        except (ValueError, TypeError):
+            raise SpecError(f"{where} {key} must be {describe_type(hints[key])}, got {value!r}") from None
+    return values
 
 
 MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count

@@ -4,6 +4,7 @@ CLI, spec and API building the same configuration."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -20,6 +21,7 @@ from hypothesis import settings as hsettings
 import dcaudit
 from dcaudit.cli import cli
 from dcaudit.config import load_settings
+from dcaudit.errors import SpecError
 from tests.conftest import mirror_path
 
 NR7 = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma"]
@@ -195,6 +197,32 @@ def test_unknown_options_are_named() -> None:
         dcaudit.replay(frame, evidence="e", claim="y = 1", id="id", seedz=3)
     with pytest.raises(dcaudit.api.SpecError, match="cannot audit a builtins.dict"):
         dcaudit.audit({"e": [0]}, evidence="e", claim="y = 1")
+
+
+@pytest.mark.parametrize("call, options, needle", [
+    ("replay", {"seeds": 2.5}, "seeds must be an integer, got 2.5"),
+    ("replay", {"seeds": True}, "seeds must be an integer, got True"),
+    ("replay", {"prices": "0.1"}, "prices must be a list of numbers"),
+    ("replay", {"seed_offset": 2**64}, "seed_offset must be from 0"),
+    ("complete", {"seeds": 1.5}, "seeds must be an integer, got 1.5"),
+    ("complete", {"min_support": "x"}, "min_support must be an integer, got 'x'"),
+])
+def test_option_values_of_the_wrong_type_are_named_never_truncated(call: str, options: dict, needle: str) -> None:
+    frame = pl.DataFrame({"id": list("abcdef"), "e": [1, 1, 0, 0, 1, 0], "p": [1, 0, 1, 0, 1, 1],
+                          "y": [1, 0, 1, 0, 1, 1]})
+    extra = {"probes": ["p"]} if call == "complete" else {}
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        getattr(dcaudit, call)(frame, evidence="e", claim="y = 1", id="id", **extra, **options)
+
+
+def test_numpy_integers_and_one_price_or_rule_are_accepted() -> None:
+    import numpy as np
+
+    frame = pl.DataFrame({"id": list("abcdef"), "e": [1, 1, 0, 0, 1, 0], "y": [1, 0, 1, 0, 1, 1]})
+    r = dcaudit.replay(frame, evidence="e", claim="y = 1", id="id", seeds=np.int64(2), prices=0.1, min_support=1)
+    assert r.replay is not None and 2 in set(r.replay["n_seeds"].drop_nulls().to_list())
+    s = dcaudit.sensitivity(frame, evidence="e", claim="y = 1", id="id", rules="quantile:2")
+    assert s.tables["sensitivity"]["fiber_rule"].to_list() == ["quantile:2"]
 
 
 def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
