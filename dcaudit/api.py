@@ -19,6 +19,7 @@ in any of these forms gives identical tables.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,6 +222,9 @@ def _from_run(run: RunResult) -> Result:
 # Building and running specs.
 
 def _settings(settings: Settings | None) -> Settings:
+    if settings is not None and not isinstance(settings, Settings):
+        raise SpecError(f"settings = {settings!r}: give a dcaudit.config.Settings (load_settings(), then "
+                        "dataclasses.replace or .with_overrides), or None for the environment's")
     return settings if settings is not None else load_settings()
 
 
@@ -286,14 +290,21 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
     s = _settings(settings)
     runner.check_engine(engine)
     if record or out is not None:
+        if out is not None and not isinstance(out, str | os.PathLike):
+            raise SpecError(f"out = {out!r}: give a directory path for the evidence package")
         out_dir = Path(out) if out is not None else None
+        empty = False
         if out_dir is not None:
             if out_dir.exists() and not out_dir.is_dir():
                 raise SpecError(f"--out {out_dir} is a file; give a directory for the evidence package")
-            if out_dir.exists() and any(out_dir.iterdir()) and not force:
+            blocked = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None)
+            if blocked is not None:
+                raise SpecError(f"--out {out_dir}: {blocked} is a file, so no directory can be made under it")
+            empty = out_dir.is_dir() and not any(out_dir.iterdir())  # nothing to lose: no --force needed
+            if out_dir.exists() and not empty and not force:
                 raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "
                                 "package is kept until the new one is complete)")
-        return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force, quiet=quiet,
+        return _from_run(runner.run_spec(spec, s, out_dir=out_dir, replace_existing=force or empty, quiet=quiet,
                                          data=data if not isinstance(data, str | Path) else None, report=report,
                                          engine=engine))
     prepared = runner.prepare_source(spec, s, data if not isinstance(data, str | Path) else None)

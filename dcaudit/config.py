@@ -19,6 +19,25 @@ class Settings:
     threads: int | None
     offline: bool
 
+    def __post_init__(self) -> None:
+        # Settings built in Python (dataclasses.replace, the constructor) get the environment's checks too:
+        # a bad value is a SpecError here, not a DuckDB syntax error in the middle of a run.
+        for name in ("home", "mirror"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, Path(value))
+            elif not (isinstance(value, Path) or value is None and name == "mirror"):
+                raise SpecError(f"Settings({name}={value!r}): give a directory path")
+        if not isinstance(self.memory_limit, str):
+            raise SpecError(f"Settings(memory_limit={self.memory_limit!r}): give an amount such as 8GB")
+        check_memory_limit(self.memory_limit, "Settings(memory_limit)")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise SpecError(f"Settings(threads={self.threads!r}): give a whole number of threads >= 1, or None "
+                            "for every core")
+        if not isinstance(self.offline, bool):
+            raise SpecError(f"Settings(offline={self.offline!r}): give True or False")
+
     @property
     def raw_dir(self) -> Path:
         return self.home / "raw"

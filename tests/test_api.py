@@ -225,6 +225,26 @@ def test_numpy_integers_and_one_price_or_rule_are_accepted() -> None:
     assert s.tables["sensitivity"]["fiber_rule"].to_list() == ["quantile:2"]
 
 
+def test_settings_and_out_are_checked_at_the_front_door(tmp_path: Path) -> None:
+    import dataclasses
+
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [1, 0], "y": [1, 0]})
+    for change, needle in [({"threads": 0}, "threads=0"), ({"threads": True}, "threads=True"),
+                           ({"memory_limit": "abc"}, "give an amount")]:
+        with pytest.raises(SpecError, match=re.escape(needle)):
+            dataclasses.replace(load_settings(), **change)
+    with pytest.raises(SpecError, match="give a dcaudit.config.Settings"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", settings="x")  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="give a directory path"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", out=5)  # type: ignore[arg-type]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecError, match="is a file, so no directory can be made under it"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", out=tmp_path / "file" / "pkg")
+    (tmp_path / "empty").mkdir()  # an empty directory holds nothing to lose: no force needed
+    r = dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", out=tmp_path / "empty", report=False)
+    assert r.summary["n_fibers"].to_list() == [2] and (tmp_path / "empty" / "summary.parquet").is_file()
+
+
 def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
     n = 120
     frame = pl.DataFrame({"id": [f"c{i}" for i in range(n)], "x": [i / n for i in range(n)],
