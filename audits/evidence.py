@@ -158,7 +158,10 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     in that order.
     """
     shown = [c for c in available if c != ROW]
-    check_columns((id_column, *emap.columns), shown if id_column != ROW else [*shown, ROW], what="the evidence map")
+    # the row numbers (ROW) are no column a user names: never listed as available
+    check_columns(emap.columns, shown, what="the evidence map")
+    if id_column != ROW:
+        check_columns((id_column,), shown, what="the id option")
     check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
     types = dict(types) if types is not None else column_types(con, relation)  # the caller may know them
     guard_nan(con, types, (*emap.columns, *claim.columns))
