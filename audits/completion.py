@@ -120,14 +120,14 @@ class CompletionConfig:
     def __post_init__(self) -> None:
         if not self.probes:
             raise SpecError("completion: name at least one probe column")
-        if not 0 <= self.seed_offset <= defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
-            raise SpecError(f"completion: seed_offset must be from 0 to {defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
+        if abs(self.seed_offset) > defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
+            raise SpecError(f"completion: seed_offset must lie within ±{defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
         if len(set(self.probes)) != len(self.probes):
             raise SpecError(f"completion: probes repeat: {', '.join(self.probes)}")
         if len(self.probes) > 62:
             raise SpecError("completion: at most 62 probes (probe sets are kept as 64-bit masks)")
-        if self.seeds < 1:
-            raise SpecError(f"completion: seeds must be >= 1, got {self.seeds}")
+        if not 1 <= self.seeds <= defaults.MAX_SEEDS:
+            raise SpecError(f"completion: seeds must be from 1 to {defaults.MAX_SEEDS}, got {self.seeds}")
         if not 0.0 < self.calibration_fraction < 1.0:
             raise SpecError(f"completion: calibration_fraction must be in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:
@@ -135,8 +135,11 @@ class CompletionConfig:
         unknown = [p for p in self.policies if p not in ALL_POLICIES]
         if unknown or not self.policies:
             raise SpecError(f"completion: unknown policy {unknown or '(none)'}; use {', '.join(ALL_POLICIES)}")
-        if self.random_draws < 1:
-            raise SpecError(f"completion: random_draws must be >= 1, got {self.random_draws}")
+        if not 1 <= self.random_draws <= defaults.MAX_SEEDS:
+            raise SpecError(f"completion: random_draws must be from 1 to {defaults.MAX_SEEDS}, got {self.random_draws}")
+        if self.seeds * self.random_draws > 10 * defaults.MAX_SEEDS:  # rows per probe step of the random policy
+            raise SpecError(f"completion: seeds × random_draws = {self.seeds * self.random_draws:,} random probe "
+                            f"orders; at most {10 * defaults.MAX_SEEDS:,} fit a run")
         if self.refinement not in REFINEMENTS:
             raise SpecError(f"completion: refinement = {self.refinement!r}; use 'mixed' or 'full'")
         if self.tie_break not in TIE_BREAKS:

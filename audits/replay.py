@@ -116,7 +116,7 @@ POLICIES = defaults.REPLAY_POLICIES
 PRICE_GRID = defaults.PRICE_GRID
 Mode = Literal["exact", "calibrated", "familywise"]
 MODES: tuple[Mode, ...] = defaults.REPLAY_MODES
-MAX_SEEDS = 100_000  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
+MAX_SEEDS = defaults.MAX_SEEDS  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
 _counter = itertools.count()
 
 
@@ -136,8 +136,8 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.seeds <= MAX_SEEDS:
             raise SpecError(f"replay: seeds must be from 1 to {MAX_SEEDS}, got {self.seeds}")
-        if not 0 <= self.seed_offset <= defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
-            raise SpecError(f"replay: seed_offset must be from 0 to {defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
+        if abs(self.seed_offset) > defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
+            raise SpecError(f"replay: seed_offset must lie within ±{defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
         if not 0.0 < self.calibration_fraction < 1.0:
             raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
         if self.min_support < 1:

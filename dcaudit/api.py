@@ -33,6 +33,7 @@ from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
 from dcaudit.inputs import ROW, Duplicates
 from dcaudit.spec import AuditTask, check_keys, typed_fields
+from dcaudit.storage import check_out_dir
 
 if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
     import duckdb
@@ -297,9 +298,7 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
         if out_dir is not None:
             if out_dir.exists() and not out_dir.is_dir():
                 raise SpecError(f"--out {out_dir} is a file; give a directory for the evidence package")
-            blocked = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None)
-            if blocked is not None:
-                raise SpecError(f"--out {out_dir}: {blocked} is a file, so no directory can be made under it")
+            check_out_dir(out_dir, s.home)
             empty = out_dir.is_dir() and not any(out_dir.iterdir())  # nothing to lose: no --force needed
             if out_dir.exists() and not empty and not force:
                 raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "

@@ -442,6 +442,8 @@ def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCK
 
 def parse_claim(text: str, available: Iterable[str] | None = None) -> Claim:
     """Parse ``text``; with ``available`` columns, every column the claim names must be among them."""
+    if not isinstance(text, str):
+        raise ClaimError(f"claim = {text!r}: a claim is text, a boolean expression such as '\"SR-p53\" = 1'")
     if not text or not text.strip():
         raise ClaimError("the claim is empty; write a boolean expression such as '\"SR-p53\" = 1'")
     tree = _Parser(text).parse()

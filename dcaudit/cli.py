@@ -22,7 +22,7 @@ from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
-from dcaudit.errors import DcauditError, RunInterrupted
+from dcaudit.errors import DcauditError, RunInterrupted, SpecError
 
 if TYPE_CHECKING:
     from dcaudit.pipelines.batch import Outcome
@@ -258,6 +258,11 @@ def report(settings: Settings, run: str, out: Path | None, compare_to: str | Non
         return path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(name)
 
     run_dir = resolve(run)
+    if out is not None:
+        from dcaudit.storage import check_out_file
+
+        check_out_file(out, settings.home, may_replace=lambda n: n == "report.html" or n.startswith("compare-"))
+        out.expanduser().parent.mkdir(parents=True, exist_ok=True)
     if compare_to:
         from dcaudit.reports.compare import write_comparison
 
@@ -277,7 +282,11 @@ def export(settings: Settings, run: str, fmt: str, out: Path) -> None:
     """Export RUN (a run id, a spec name for its latest run, or a package directory) for another tool."""
     from dcaudit.catalog import Catalog
     from dcaudit.reports.export_benchcert import export_benchcert
+    from dcaudit.storage import check_out_dir
 
+    check_out_dir(out, settings.home)
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out {out} is a file; give a directory for the exported files")
     path = Path(run)
     run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
     for written in export_benchcert(run_dir, out):

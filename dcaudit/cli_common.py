@@ -58,12 +58,19 @@ def apply_gates(summary: pa.Table, fail_if: tuple[str, ...]) -> int:
     """Exit status 1 when a gate holds for a summary row (each failure named on stderr), else 0."""
     if not fail_if:
         return 0
-    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates
+    from dcaudit.gates import evaluate_gates, gate_exit_status, parse_gates, undefined_gates
 
-    failures = evaluate_gates(summary, parse_gates(list(fail_if), summary.column_names))
+    gates = parse_gates(list(fail_if), summary.column_names)
+    failures = evaluate_gates(summary, gates)
     for failure in failures:
         click.secho(failure.message, fg="red", err=True)
-    return gate_exit_status(failures)
+    # A gate that cannot be evaluated (no candidates: a NULL fraction; a division by zero) has not passed:
+    # a CI check must not go green because there was nothing to check.
+    undefined = undefined_gates(summary, gates)
+    for audit_id, text in undefined:
+        click.secho(f"gate {text!r} is undefined for audit {audit_id!r} (a value it reads is NULL, e.g. no "
+                    "candidates, or it divides by zero): counted as failed", fg="red", err=True)
+    return max(gate_exit_status(failures), 1 if undefined else 0)
 
 
 def evidence_arg(values: tuple[str, ...]) -> str | list[str]:

@@ -89,6 +89,9 @@ def check_threads(text: str, where: str) -> int:
 def check_home(home: Path, where: str = "DCAUDIT_HOME") -> Path:
     if home.exists() and not home.is_dir():
         raise SpecError(f"{where} = {home} is a file; give a directory for the workspace")
+    blocked = next((p for p in home.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise SpecError(f"{where} = {home}: {blocked} is a file, so the workspace cannot be made there")
     return home
 
 

@@ -29,6 +29,7 @@ REPLAY_MODES: Final = ("exact", "calibrated", "familywise")
 REPLAY_SEEDS = 100
 SEED_OFFSET = 0
 MAX_SEED_OFFSET = 2**62  # seed numbers are BIGINT (DuckDB, the package tables): offset + seeds must fit
+MAX_SEEDS = 100_000  # more seeds (or random draws) per run outgrow any machine's disk: a typo, not a design
 CALIBRATION_FRACTION = 0.5
 REPLAY_MODE: Final = "exact"       # or "calibrated" (Clopper-Pearson bound on the minority rate <= epsilon)
 EPSILON = 0.05

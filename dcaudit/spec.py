@@ -174,7 +174,12 @@ def load_spec(name_or_path: str) -> PipelineSpec:
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise SpecError(f"spec file {path} does not exist")
-        text, origin = path.read_text(), str(path)
+        try:
+            text, origin = path.read_text(encoding="utf-8"), str(path)
+        except UnicodeDecodeError:
+            raise SpecError(f"spec file {path} is not UTF-8 text; save it as UTF-8 (TOML is UTF-8)") from None
+        except OSError as exc:
+            raise SpecError(f"spec file {path} cannot be read ({exc.strerror or exc})") from None
     else:
         if name_or_path not in builtin_specs():
             raise SpecError(f"no built-in spec {name_or_path!r}; built-in: {', '.join(builtin_specs())} "

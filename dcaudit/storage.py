@@ -304,6 +304,52 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     return target
 
 
+# What a workspace keeps for itself ($DCAUDIT_HOME/<name>): no --out may write into or over these.
+WORKSPACE_PARTS = ("runs", "records", "tables", "raw", "locks", "tmp", "catalog.duckdb")
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_out_dir(target: Path, home: Path, option: str = "--out") -> None:
+    """A SpecError for a package directory that would replace the workspace or what it keeps: the workspace
+    itself, a directory around it, or a place inside its runs, records, tables, raw data or locks (``--force``
+    would delete them first). Also for a path under a file."""
+    from dcaudit.errors import SpecError
+
+    out, ws = target.expanduser().resolve(), home.expanduser().resolve()
+    if _within(ws, out):
+        raise SpecError(f"{option} {target} is the workspace (DCAUDIT_HOME={home}) or holds it; the package "
+                        "would replace every run: give a directory outside it")
+    kept = next((part for part in WORKSPACE_PARTS if _within(out, ws / part)), None)
+    if kept is not None:
+        raise SpecError(f"{option} {target} lies in the workspace's {kept}, which dcaudit keeps for itself "
+                        f"(DCAUDIT_HOME={home}): give a directory outside it")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise SpecError(f"{option} {target}: {blocked} is a file, so no directory can be made under it")
+
+
+def check_out_file(target: Path, home: Path, *, may_replace: Callable[[str], bool], option: str = "--out") -> None:
+    """A SpecError for a file to write (a report) that is a directory, lies under a file, or would overwrite
+    a file of an evidence package (a directory with a manifest.json) or of the workspace; only names for
+    which ``may_replace(name)`` holds (report.html, compare-*.html) may replace a file in a package."""
+    from dcaudit.errors import SpecError
+
+    out, ws = target.expanduser().resolve(), home.expanduser().resolve()
+    if out.is_dir():
+        raise SpecError(f"{option} {target} is a directory; give a file name such as report.html")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise SpecError(f"{option} {target}: {blocked} is a file, so no directory can be made under it")
+    in_package = (out.parent / "manifest.json").is_file()
+    if (in_package or any(_within(out, ws / part) for part in WORKSPACE_PARTS if part != "runs")) \
+            and not (in_package and may_replace(out.name)):
+        raise SpecError(f"{option} {target} would overwrite a file of an evidence package or of the workspace; "
+                        "give a path outside them")
+
+
 def sha256_file(path: Path) -> str:
     """sha256 of a file's bytes, read in 1 MiB chunks (the one definition)."""
     h = hashlib.sha256()
@@ -344,7 +390,16 @@ def cached_table(path: Path, input_key: str, version: str | None, *,
 
 
 def read_manifest(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / "manifest.json").read_text())
+    """A package's manifest.json; ValueError when it is not a JSON object whose ``files`` (when present)
+    map names to sha256 strings — a damaged or hand-edited manifest is a damaged package, not a crash."""
+    manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+    if not isinstance(manifest, dict):
+        raise ValueError(f"not a JSON object but {type(manifest).__name__}")
+    files = manifest.get("files")
+    if files is not None and not (isinstance(files, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items())):
+        raise ValueError("its 'files' is not a table of file names and sha256 digests")
+    return manifest
 
 
 def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None] | None = None,

@@ -3,6 +3,7 @@ in an :class:`Outcome` (status and exit code) instead of an exception."""
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -57,8 +58,11 @@ def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool =
     except DcauditError as exc:
         return Outcome(name, "invalid", exc.exit_code, error=str(exc))
     except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog
-        traceback.print_exc(file=sys.stderr)
-        return Outcome(name, "failed", 1, error=f"{type(exc).__name__}: {exc}")
+        if os.environ.get("DCAUDIT_DEBUG"):  # as for every other command: a traceback only when asked for
+            traceback.print_exc(file=sys.stderr)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return Outcome(name, "failed", 1, error=f"{type(exc).__name__}: {first} (internal error; DCAUDIT_DEBUG=1 "
+                                                "shows the traceback)")
     seconds = result.manifest.get("seconds") if result.reused_from is None else None
     return Outcome(name, "reused" if result.reused_from else "succeeded", 0, result.run_id,
                    str(result.package_dir), result.reused_from,

@@ -87,7 +87,8 @@ class StageContext:
         if table is None:
             return next(iter(self.tables.values()))
         if table not in self.tables:
-            raise KeyError(f"source {self.source!r} has no table {table!r}; it has {sorted(self.tables)}")
+            raise SpecError(f"table = {table!r}: source {self.source!r} has no such table; it has "
+                            f"{', '.join(sorted(self.tables))}")
         return self.tables[table]
 
 

@@ -203,7 +203,7 @@ def test_unknown_options_are_named() -> None:
     ("replay", {"seeds": 2.5}, "seeds must be an integer, got 2.5"),
     ("replay", {"seeds": True}, "seeds must be an integer, got True"),
     ("replay", {"prices": "0.1"}, "prices must be a list of numbers"),
-    ("replay", {"seed_offset": 2**64}, "seed_offset must be from 0"),
+    ("replay", {"seed_offset": 2**64}, "seed_offset must lie within"),
     ("complete", {"seeds": 1.5}, "seeds must be an integer, got 1.5"),
     ("complete", {"min_support": "x"}, "min_support must be an integer, got 'x'"),
 ])

@@ -210,3 +210,74 @@ def test_console_script_exit_status_and_output(tmp_path: Path) -> None:
     helped = subprocess.run([sys.executable, "-c", code, "audit", "--help"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert helped.returncode == 0 and "--evidence" in helped.stdout and helped.stdout.endswith("\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a failed or mistaken command must never do: lose what the user had, crash on a damaged package,
+# pass a CI gate it could not evaluate.
+
+def _audit(env: dict[str, str], csv: Path, *extra: str):  # noqa: ANN202
+    return invoke(env, "audit", str(csv), "--id", "compound", "--evidence", "score bin", "--claim", "active = 1",
+                  "--no-report", *extra)
+
+
+def test_out_never_replaces_the_workspace_or_what_it_keeps(env: dict[str, str], bench_csv: Path,
+                                                           tmp_path: Path) -> None:
+    home = Path(env["DCAUDIT_HOME"])
+    first = _audit(env, bench_csv)
+    assert first.exit_code == 0, first.output
+    runs = sorted((home / "runs").iterdir())
+    package = next(p for p in runs if not p.name.startswith("."))
+    for out in (home, tmp_path, home / "runs", package, home / "records" / "x"):
+        result = _audit(env, bench_csv, "--out", str(out), "--force")
+        assert result.exit_code == 2, (out, result.output)
+        assert "workspace" in result.output
+    assert sorted((home / "runs").iterdir()) == runs and (home / "records").is_dir()
+    assert invoke(env, "runs").exit_code == 0
+
+
+def test_report_out_never_overwrites_a_package_file(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    assert _audit(env, bench_csv).exit_code == 0
+    package = next(p for p in (Path(env["DCAUDIT_HOME"]) / "runs").iterdir() if not p.name.startswith("."))
+    before = (package / "summary.parquet").read_bytes()
+    for target in (package / "summary.parquet", package / "manifest.json", tmp_path):
+        result = invoke(env, "report", str(package), "--out", str(target))
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert (package / "summary.parquet").read_bytes() == before
+    nested = tmp_path / "new" / "dir" / "r.html"  # a missing parent is made, as for --out packages
+    assert invoke(env, "report", str(package), "--out", str(nested)).exit_code == 0 and nested.is_file()
+
+
+@pytest.mark.parametrize("manifest", ['{"files": 5}', "[]"])
+def test_a_manifest_of_the_wrong_shape_is_a_damaged_package_not_a_crash(env: dict[str, str], bench_csv: Path,
+                                                                        manifest: str) -> None:
+    assert _audit(env, bench_csv).exit_code == 0
+    package = next(p for p in (Path(env["DCAUDIT_HOME"]) / "runs").iterdir() if not p.name.startswith("."))
+    (package / "manifest.json").write_text(manifest)
+    listed = invoke(env, "runs")
+    assert listed.exit_code == 0 and "internal error" not in listed.output, listed.output
+    checked = invoke(env, "catalog", "check")
+    assert "manifest.json" in checked.output and "internal error" not in checked.output, checked.output
+
+
+def test_a_gate_that_cannot_be_evaluated_fails(env: dict[str, str], tmp_path: Path) -> None:
+    f = tmp_path / "allmissing.csv"
+    f.write_text("compound,score bin,active\na,,1\nb,,0\n")
+    result = _audit(env, f, "--fail-if", "certified_fraction < 0.5")
+    assert result.exit_code == 1 and "is undefined for audit 'audit'" in result.output, result.output
+
+
+def test_run_names_spec_mistakes_in_one_line(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "t.toml"
+    base = f'name = "t"\n[source]\npath = "{bench_csv}"\nid = "compound"\n[[audits]]\nclaim = "active = 1"\n' \
+           'evidence = ["score bin"]\n'
+    for extra, needle in [('table = "nosuch"\n', "table = 'nosuch'"),
+                          ('[completion]\nprobes = ["pred"]\nclaim = 5\n', "claim = 5"),
+                          ('[completion]\nprobes = ["pred"]\nseeds = 100001\n', "seeds must be from 1 to 100000"),
+                          ('[replay]\nseeds = 2.5\n', "seeds must be an integer, got 2.5")]:
+        spec.write_text(base + extra)
+        result = invoke(env, "run", str(spec), "--no-report")
+        assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
+    spec.write_bytes(b"\xff\xfe")
+    result = invoke(env, "run", str(spec))
+    assert result.exit_code == 2 and "not UTF-8" in result.output, result.output
