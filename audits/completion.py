@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from dcaudit import defaults, splits
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
-from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal
+from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
 from dcaudit.spec import AuditTask, check_keys, typed_fields
@@ -267,7 +267,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     # integer (when they fit), z_i feed Pearson r (numeric values as they are, other types by rank code).
     zs = []
     for i, k in enumerate(keys):
-        numeric = not any(x in types[k].upper() for x in ("VARCHAR", "DATE", "TIME", "BLOB", "UUID"))
+        numeric = value_kind(types[k]) in ("int", "float", "bool")  # lists, structs, dates, text: by rank
         zs.append(f"CAST({k} AS DOUBLE) AS z{i}" if numeric else
                   f"CAST(dense_rank() OVER (ORDER BY {k}) AS DOUBLE) AS z{i}")
     vs = [f"CAST({codes[k].sql if k in codes else f'dense_rank() OVER (ORDER BY {k}) - 1'} AS BIGINT) AS v{j}"

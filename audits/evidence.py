@@ -161,7 +161,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     # the row numbers (ROW) are no column a user names: never listed as available
     check_columns(emap.columns, shown, what="the evidence map")
     if id_column != ROW:
-        check_columns((id_column,), shown, what="the id option")
+        check_columns((id_column,), shown, what="the id column")
     check_columns(claim.columns, shown, what=f"claim {claim.text!r}")
     types = dict(types) if types is not None else column_types(con, relation)  # the caller may know them
     guard_nan(con, types, (*emap.columns, *claim.columns))

@@ -162,11 +162,14 @@ def _show_outcome(outcome: Outcome, *, quiet: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), default=str, indent=1))
         return
+    # a spec's own errors already start with its name (the spec file): not twice
+    error = str(outcome.error or "")
+    said = error if error.startswith(f"{outcome.spec}:") else f"{outcome.spec}: {error}"
     if outcome.status == "skipped":
-        click.secho(f"skipped: {outcome.spec}: {outcome.error}", fg="yellow", err=True)
+        click.secho(f"skipped: {said}", fg="yellow", err=True)
         return
     if outcome.exit_code != 0:
-        click.secho(f"error: {outcome.spec}: {outcome.error}", fg="red", err=True)
+        click.secho(f"error: {said}", fg="red", err=True)
         return
     if quiet:
         click.echo(outcome.run_id)
@@ -186,7 +189,8 @@ def _show_outcome(outcome: Outcome, *, quiet: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--limit", default=20, show_default=True, help="How many recent runs to list.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1, max=2**31 - 1),
+              help="How many recent runs to list.")
 @click.option("--diff", "diff_spec", metavar="SPEC", help="Compare the latest two succeeded runs of SPEC: what "
               "moved in the certified and ambiguous fractions, and whether data or code changed.")
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")

@@ -640,7 +640,7 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
                               candidate_id FROM ({dup.sql_query()})""").to_arrow_table()
 
 
-def require_id_column(id_column: str, columns: Iterable[str], label: str) -> None:
+def require_id_column(id_column: str, columns: Iterable[str], label: str, hint: str = "") -> None:
     """An InputError when the candidate id column is not among ``columns`` (near misses named, as for a
     claim's columns; a frame's index is not one of its columns), or when there is no id column and the
     input has no row numbers to stand in for one (:data:`ROW` not among ``columns``: a Parquet glob, an
@@ -654,10 +654,10 @@ def require_id_column(id_column: str, columns: Iterable[str], label: str) -> Non
                              file=label)
         return
     try:
-        check_columns((id_column,), available, what="the id option")
+        check_columns((id_column,), available, what="the id column")
     except ClaimError as exc:
         index = "; a pandas index is not a column: reset_index() makes it one" if label == "pandas DataFrame" else ""
-        raise InputError(f"{exc}{index}", file=label) from None
+        raise InputError(f"{exc}{index}{hint}", file=label) from None
 
 
 _ID_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")

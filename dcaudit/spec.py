@@ -251,6 +251,11 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     source = raw["source"]
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
         raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
+    if "connector" in source and "path" in source:
+        raise SpecError(f"{origin}: [source] has both connector and path; give one (a connector reads its own "
+                        "data, a path names your table)")
+    if "path" in source:  # a user's table takes no connector options: any other key is a typo (duplicate = …)
+        check_keys(source, ("path", "id", "duplicates"), f"{origin}: [source]")
     for key in ("connector", "path", "id", "duplicates"):
         if key in source:
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")

@@ -281,3 +281,29 @@ def test_run_names_spec_mistakes_in_one_line(env: dict[str, str], bench_csv: Pat
     spec.write_bytes(b"\xff\xfe")
     result = invoke(env, "run", str(spec))
     assert result.exit_code == 2 and "not UTF-8" in result.output, result.output
+
+
+def test_source_keys_of_a_path_spec_are_checked(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    tail = '[[audits]]\nclaim = "active = 1"\nevidence = ["score bin"]\n'
+    for source, needle in [(f'path = "{bench_csv}"\nid = "compound"\nduplicate = "keep"\n', "did you mean 'duplicates'"),
+                           (f'path = "{bench_csv}"\nconnector = "tox21"\n', "both connector and path"),
+                           (f'path = "{bench_csv}"\n', "a spec without [source] id reads the ids from 'candidate_id'")]:
+        spec.write_text(f'name = "s"\n[source]\n{source}{tail}')
+        result = invoke(env, "run", str(spec), "--no-report")
+        assert result.exit_code == 2 and needle in result.output, result.output
+        assert result.output.count("s.toml:") == 1, result.output  # the spec is named once
+
+
+def test_runs_limit_is_a_positive_count(env: dict[str, str]) -> None:
+    result = invoke(env, "runs", "--limit", "-1")
+    assert result.exit_code == 2 and "--limit" in result.output
+
+
+def test_a_probe_of_lists_is_ranked_not_cast(env: dict[str, str], tmp_path: Path) -> None:
+    f = tmp_path / "odd.parquet"
+    pl.DataFrame({"id": [1, 2, 3, 4], "lst": [[1], [2], [1], [2]], "e": [1, 0, 1, 1],
+                  "y": [True, False, True, True]}).write_parquet(f)
+    result = invoke(env, "complete", str(f), "--id", "id", "--evidence", "e", "--probes", "lst", "--claim", "y",
+                    "--seeds", "2", "--no-report")
+    assert result.exit_code == 0 and "recommended next probe: lst" in result.output, result.output
