@@ -374,6 +374,10 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if rec:
         notes.append(f"completion: recommended next probe {rec[0]['probe_added']} (response_rank's first choice "
                      f"in {100 * rec[0]['probe_added_share']:.0f}% of {config.seeds} seeds)")
+    leaked = sorted(set(claim.columns) & set(config.probes))
+    if leaked:  # a probe the claim reads decides it by construction: its curve says nothing about measuring
+        notes.append(f"completion: the claim reads probe(s) {', '.join(leaked)}: measuring them decides the claim "
+                     "by construction (leakage)")
     if n_excluded:
         notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
                      f"(complete cases: {n_cand})")
@@ -716,11 +720,13 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
         evidence = EvidenceMap(cols, rule, "drop")
     claim = parse_claim(section["claim"]) if "claim" in section else task.claim
     costs = parse_costs(section.get("costs"))
+    if section.get("budget") is not None and not costs:  # a budget without prices would be silently ignored
+        raise SpecError("[completion] budget needs costs (a price per probe) to spend it on")
     default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
     policies = _as_list(section.get("policies", default), "policies")
     # each scalar as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
     scalars = {k: v for k, v in section.items() if k not in ("probes", "policies", "costs")}
-    values = {"min_support": task.min_support, **typed_fields(CompletionConfig, scalars, "[completion]:")}
+    values = {"min_support": task.min_support, **typed_fields(CompletionConfig, scalars, "[completion]")}
     config = CompletionConfig(probes=_as_list(section["probes"], "probes"), policies=policies,  # type: ignore[arg-type]
                               costs=costs, **values)
     return CompletionSection(task, evidence, claim, config, section.get("table", task.table))

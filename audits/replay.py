@@ -1271,7 +1271,7 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     check_keys(raw, _SECTION_KEYS, origin)
     windowed = "tolerance" in raw
     # each value as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
-    values = {"min_support": default_min_support(windowed=windowed), **typed_fields(ReplayConfig, raw, f"{origin}:")}
+    values = {"min_support": default_min_support(windowed=windowed), **typed_fields(ReplayConfig, raw, origin)}
     cfg = ReplayConfig(**values)  # type: ignore[arg-type] # typed_fields checked each value's type
     audits = raw.get("audits")
     if isinstance(audits, str):
@@ -1281,6 +1281,15 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     bad = [m for m in compare if m not in MODES]
     if bad:
         raise SpecError(f"{origin}: compare_modes {bad}; use {', '.join(MODES)}")
+    # options that only act with another one: given alone they would be silently ignored
+    tuned = [k for k in ("epsilon", "delta") if k in raw]
+    if tuned and cfg.mode == "exact" and not set(compare) - {"exact"}:
+        raise SpecError(f"{origin}: {' and '.join(tuned)} only act in the calibrated and family-wise modes; give "
+                        "the mode (--mode calibrated, mode = \"calibrated\" or compare_modes) too, or leave "
+                        f"{'it' if len(tuned) == 1 else 'them'} out")
+    if raw.get("reference") is not None and not windowed:
+        raise SpecError(f"{origin}: reference is what a tolerance window's errors are measured against; give "
+                        "tolerance (a width, \"mae\" or \"q80\") too, or leave it out")
     return ReplaySection(
         config=cfg,
         audits=tuple(str(a) for a in audits) if audits is not None else None,

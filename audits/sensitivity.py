@@ -19,7 +19,7 @@ and ``searchsorted`` (one pass per model), never with per-candidate masks.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
-from dcaudit.spec import check_keys
+from dcaudit.spec import check_keys, coerce_field
 from dcaudit.stage import StageContext, StageTables
 
 DEFAULT_RULES = defaults.SENSITIVITY_RULES
@@ -226,6 +226,31 @@ def _table(rows: list[dict[str, Any]]) -> pa.Table:
 _SECTION_KEYS = {"audits", "rules", "tolerances", "reference", "min_support", "model_column"}
 
 
+@dataclass(frozen=True)
+class SectionOptions:
+    """``[sensitivity]``'s settings, typed: what the spec check and the stage both read."""
+
+    rules: tuple[str | FiberRule, ...]
+    tolerances: tuple[str | float, ...]
+    reference: str | None
+    min_support: int | None  # None: the audit's
+
+
+def section_options(raw: Mapping[str, Any]) -> SectionOptions:
+    """The section's rules, tolerances, reference and min_support; one rule or tolerance given alone is a
+    list of one (a string would be read letter by letter), a min_support of 2.5 is an error, and so is a
+    section with nothing to compare."""
+    reference = raw.get("reference")
+    tolerances = raw.get("tolerances", ["mae", "q80"] if reference else [])
+    tolerances = [tolerances] if isinstance(tolerances, str | int | float) else list(tolerances)
+    rules = raw.get("rules", DEFAULT_RULES)
+    rules = [rules] if isinstance(rules, str) else list(rules)
+    if not rules and not tolerances:
+        raise SpecError("[sensitivity] rules is empty and there are no tolerances: nothing to compare")
+    return SectionOptions(tuple(rules), tuple(tolerances), reference,
+                          coerce_field(raw, "min_support", int, "[sensitivity]"))
+
+
 def sensitivity_stage(ctx: StageContext) -> StageTables:
     raw = ctx.spec.sections.get("sensitivity", {})
     if not isinstance(raw, dict):
@@ -237,8 +262,8 @@ def sensitivity_stage(ctx: StageContext) -> StageTables:
     missing = [a for a in chosen if a not in tasks]
     if missing:
         raise SpecError(f"[sensitivity] audits {missing} are not audits of spec {ctx.spec.name!r}")
-    reference = raw.get("reference")
-    tolerances = raw.get("tolerances", ["mae", "q80"] if reference else [])
+    options = section_options(raw)
+    rules, tolerances, reference, support = options.rules, options.tolerances, options.reference, options.min_support
     out: list[pa.Table] = []
     for audit_id in chosen:
         task = tasks[audit_id]
@@ -247,7 +272,7 @@ def sensitivity_stage(ctx: StageContext) -> StageTables:
                             f"{len(task.evidence.columns)}")
         out.append(sensitivity(
             ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column, evidence=task.evidence.columns[0],
-            claim=task.claim, rules=raw.get("rules", DEFAULT_RULES), tolerances=tolerances, reference=reference,
-            min_support=int(raw.get("min_support", task.min_support)),
+            claim=task.claim, rules=rules, tolerances=tolerances, reference=reference,
+            min_support=task.min_support if support is None else support,
             labels=AuditLabels(ctx.source, audit_id), model_column=raw.get("model_column")))
     return {"sensitivity": out}

@@ -115,7 +115,7 @@ def parse_options(connector: str, options_type: type[OptionsT], raw: Mapping[str
     fields = {f.name: f for f in dataclasses.fields(options_type)}  # type: ignore[arg-type]
     where = f"[source] connector {connector!r}"
     check_keys(raw, fields, where, what="option")
-    return options_type(**typed_fields(options_type, raw, f"{where}: option"))
+    return options_type(**typed_fields(options_type, raw, where, what="option "))
 
 
 def _now() -> str:

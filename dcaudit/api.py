@@ -273,6 +273,8 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
           name: str | None, origin: str) -> PipelineSpec:
     from dcaudit.spec import spec_from_dict
 
+    if id is not None and (not isinstance(id, str) or not id.strip()):
+        raise SpecError(f"id = {id!r}: name the candidate id column, or leave id out to number the rows")
     source: dict[str, Any] = {"path": _source_label(data), "id": id or ROW}
     if duplicates != defaults.DUPLICATES:
         source["duplicates"] = duplicates
@@ -386,7 +388,7 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     allowed = set(_defaults_of(CompletionConfig))
     check_keys(config, allowed, "complete()", what="option")
     support = typed_fields(CompletionConfig, {"min_support": config.get("min_support", CompletionConfig.min_support)},
-                           "complete():")["min_support"]
+                           "complete()")["min_support"]
     section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
     section["probes"] = evidence_list(probes)
     if isinstance(section.get("costs"), list):  # pairs from Python: the spec form is a table probe -> price

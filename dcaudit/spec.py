@@ -136,21 +136,25 @@ def coerce(value: object, tp: object) -> object:
     return value
 
 
-def typed_fields(config_type: type, raw: Mapping[str, object], where: str) -> dict[str, object]:
+def typed_fields(config_type: type, raw: Mapping[str, object], where: str, *, what: str = "") -> dict[str, object]:
     """The values of ``raw`` whose keys are fields of the dataclass ``config_type``, each as its field's
-    type (:func:`coerce`): ``2.5`` or ``true`` is no integer, ``"0.1"`` no list of numbers. A value of the
-    wrong type is one SpecError naming ``where``, the key, the type and the value; other keys are left out."""
+    type (:func:`coerce_field`): ``2.5`` or ``true`` is no integer, ``"0.1"`` no list of numbers. A value of
+    the wrong type is one SpecError naming ``where``, the key (after ``what``, e.g. "option "), the type and
+    the value; other keys are left out."""
     hints = typing.get_type_hints(config_type)
     names = {f.name for f in dataclasses.fields(config_type)}
-    values = {}
-    for key, value in raw.items():
-        if key not in names:
-            continue
-        try:
-            values[key] = coerce(value, hints[key])
-        except (ValueError, TypeError):
-            raise SpecError(f"{where} {key} must be {describe_type(hints[key])}, got {value!r}") from None
-    return values
+    return {key: coerce_field(raw, key, hints[key], where, what=what) for key in raw if key in names}
+
+
+def coerce_field(raw: Mapping[str, object], key: str, tp: object, where: str, *, what: str = "") -> Any:
+    """``raw[key]`` as ``tp`` (:func:`coerce`), None when absent; a value of another type is a SpecError
+    naming ``where``, the key, the type and the value."""
+    if key not in raw:
+        return None
+    try:
+        return coerce(raw[key], tp)
+    except (ValueError, TypeError):
+        raise SpecError(f"{where}: {what}{key} must be {describe_type(tp)}, got {raw[key]!r}") from None
 
 
 MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count

@@ -64,12 +64,15 @@ def _check_completion(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
 
 def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     from dcaudit.audits.replay import parse_tolerance
+    from dcaudit.audits.sensitivity import section_options
     from dcaudit.evidence_map import parse_fiber_rule
 
     _audit_names("sensitivity", raw.get("audits"), spec)
-    for rule in raw.get("rules", ()):
-        parse_fiber_rule(rule)
-    for tol in raw.get("tolerances", ()):
+    options = section_options(raw)
+    for rule in options.rules:
+        if isinstance(rule, str):
+            parse_fiber_rule(rule)
+    for tol in options.tolerances:
         parse_tolerance(tol)
 
 

@@ -597,6 +597,13 @@ def write_report(run_dir: Path, target: Path | None = None, *,
     target = Path(target) if target else run_dir / REPORT_NAME
     text = render_report(run_dir, extra_sources=extra_sources)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:  # a read-only workspace, a full disk: one line, and no temporary file left behind
+        tmp.unlink(missing_ok=True)
+        from dcaudit.errors import WorkspaceError
+
+        raise WorkspaceError(f"cannot write {target} ({exc.strerror or exc}); give --out a path you can write "
+                             "to") from None
     return target

@@ -265,3 +265,53 @@ def test_notebook_view_renders_the_summary_and_mixed_fibers() -> None:
     html = r._repr_html_()
     assert "<script" not in html and "c4" in html  # a member of the mixed fiber is listed
     assert "ambiguous" in html.lower()
+
+
+@pytest.mark.parametrize("call, options, needle", [
+    ("replay", {"epsilon": 0.1}, "only act in the calibrated and family-wise modes"),
+    ("replay", {"reference": "p"}, "give tolerance"),
+    ("complete", {"budget": 5.0}, "budget needs costs"),
+    ("audit", {"id": ""}, "name the candidate id column"),
+])
+def test_options_that_would_be_silently_ignored_are_errors(call: str, options: dict, needle: str) -> None:
+    frame = pl.DataFrame({"id": list("abcdef"), "e": [1, 1, 0, 0, 1, 0], "p": [1, 0, 1, 0, 1, 1],
+                          "y": [1, 0, 1, 0, 1, 1]})
+    kwargs = {"id": "id", **({"probes": ["p"]} if call == "complete" else {}), **options}
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        getattr(dcaudit, call)(frame, evidence="e", claim="y = 1", **kwargs)
+
+
+def test_a_probe_the_claim_reads_is_noted_as_leakage() -> None:
+    frame = pl.DataFrame({"id": list("abcdef"), "e": [1, 1, 0, 0, 1, 0], "y": [1, 0, 1, 0, 1, 1]})
+    r = dcaudit.complete(frame, evidence="e", claim="y = 1", id="id", probes=["y"], seeds=2, min_support=1)
+    assert any("the claim reads probe(s) y" in n for n in r.notes)
+
+
+def test_sensitivity_section_options_are_typed() -> None:
+    from dcaudit.audits.sensitivity import section_options
+
+    assert section_options({"rules": "quantile:5", "tolerances": "mae"}).rules == ("quantile:5",)
+    with pytest.raises(SpecError, match="min_support must be an integer, got 2.5"):
+        section_options({"min_support": 2.5})
+    with pytest.raises(SpecError, match="nothing to compare"):
+        section_options({"rules": []})
+
+
+def test_a_report_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    from dcaudit.errors import WorkspaceError
+    from dcaudit.reports import html
+
+    frame = pl.DataFrame({"id": ["a", "b"], "e": [1, 0], "y": [1, 0]})
+    dcaudit.audit(frame, evidence="e", claim="y = 1", id="id", out=tmp_path / "pkg", report=False)
+
+    def read_only(*_: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "replace", read_only)
+    with pytest.raises(WorkspaceError, match="Read-only file system"):
+        html.write_report(tmp_path / "pkg")
+    assert not [p for p in (tmp_path / "pkg").iterdir() if p.name.endswith(".tmp")]
