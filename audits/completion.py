@@ -727,8 +727,7 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
     # each scalar as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
     scalars = {k: v for k, v in section.items() if k not in ("probes", "policies", "costs")}
     values = {"min_support": task.min_support, **typed_fields(CompletionConfig, scalars, "[completion]")}
-    config = CompletionConfig(probes=_as_list(section["probes"], "probes"), policies=policies,  # type: ignore[arg-type]
-                              costs=costs, **values)
+    config = CompletionConfig(probes=_as_list(section["probes"], "probes"), policies=policies, costs=costs, **values)
     return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
 
 

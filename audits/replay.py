@@ -1272,7 +1272,7 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     windowed = "tolerance" in raw
     # each value as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
     values = {"min_support": default_min_support(windowed=windowed), **typed_fields(ReplayConfig, raw, origin)}
-    cfg = ReplayConfig(**values)  # type: ignore[arg-type] # typed_fields checked each value's type
+    cfg = ReplayConfig(**values)  # typed_fields checked each value's type
     audits = raw.get("audits")
     if isinstance(audits, str):
         audits = [audits]

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import duckdb
 import pyarrow as pa
@@ -178,15 +178,16 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
         return data, "Arrow dataset"
     if module == "polars" and kind in ("LazyFrame", "DataFrame"):
         what = f"polars {kind}"
+        polars_frame: Any = data  # a polars frame, not imported here
         try:
-            frame = data.collect() if kind == "LazyFrame" else data  # type: ignore[attr-defined]
+            frame = polars_frame.collect() if kind == "LazyFrame" else polars_frame
         except Exception as exc:  # noqa: BLE001 - the user's query failed: polars' own message, one line
             raise InputError(f"the LazyFrame could not be collected: {_first_line(exc)}", file=what) from None
-        objects = [n for n, t in frame.schema.items() if str(t) == "Object"]  # type: ignore[attr-defined]
+        objects = [n for n, t in frame.schema.items() if str(t) == "Object"]
         if objects:  # Python objects: to_arrow would hand over their addresses
             raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
                              "cast it to numbers or text", file=what, column=objects[0])
-        return _converted(frame.to_arrow, what), what  # type: ignore[attr-defined]
+        return _converted(frame.to_arrow, what), what
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")

@@ -136,7 +136,7 @@ def coerce(value: object, tp: object) -> object:
     return value
 
 
-def typed_fields(config_type: type, raw: Mapping[str, object], where: str, *, what: str = "") -> dict[str, object]:
+def typed_fields(config_type: type, raw: Mapping[str, object], where: str, *, what: str = "") -> dict[str, Any]:
     """The values of ``raw`` whose keys are fields of the dataclass ``config_type``, each as its field's
     type (:func:`coerce_field`): ``2.5`` or ``true`` is no integer, ``"0.1"`` no list of numbers. A value of
     the wrong type is one SpecError naming ``where``, the key (after ``what``, e.g. "option "), the type and
