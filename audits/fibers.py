@@ -74,11 +74,19 @@ def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
 
 def readable_sql(key: str, duckdb_type: str) -> str:
     """A key part as text, the same for the same value whatever the input's type: a float that is a whole
-    number reads as one (``1``, not ``1.0``: pandas stores integer labels with gaps as floats), NULL as NA."""
-    if value_kind(duckdb_type) == "float":
+    number reads as one (``1``, not ``1.0``: pandas stores integer labels with gaps as floats), NULL as NA.
+    Text (and lists, dates, …) that holds a comma, a double quote or a line break, or is the text ``NA``, is
+    quoted as in CSV (``"x,y"``, ``"NA"``): the parts are joined by commas, and two fibers must never read
+    alike (``x,y`` + ``p`` against ``x`` + ``y,p``; the text NA against a missing value)."""
+    kind = value_kind(duckdb_type)
+    if kind == "float":
         return (f"coalesce(CASE WHEN {key} = floor({key}) AND abs({key}) < 1e15 THEN CAST(CAST({key} AS BIGINT) "
                 f"AS VARCHAR) ELSE CAST({key} AS VARCHAR) END, 'NA')")
-    return f"coalesce(CAST({key} AS VARCHAR), 'NA')"
+    if kind in ("int", "bool"):
+        return f"coalesce(CAST({key} AS VARCHAR), 'NA')"
+    text = f"CAST({key} AS VARCHAR)"
+    return (f"CASE WHEN {key} IS NULL THEN 'NA' WHEN {text} = 'NA' OR regexp_matches({text}, '[,\"\n\r]') "
+            f"THEN '\"' || replace({text}, '\"', '\"\"') || '\"' ELSE {text} END")
 
 
 def status_sql(n: str, n_true: str, min_support: int) -> str:

@@ -614,15 +614,17 @@ class Catalog:
 
     def query(self, sql: str) -> pa.Table:
         """Run SQL against the catalog. It cannot write into DCAUDIT_HOME: read statements (SELECT, DESCRIBE,
-        SHOW, SUMMARIZE, EXPLAIN) run on a read-only connection and may read any file; anything else (COPY,
-        EXPORT, ATTACH, SET …) runs in a sandbox whose only writable places lie outside DCAUDIT_HOME."""
+        SHOW, SUMMARIZE) run on a read-only connection and may read any file; anything else (EXPLAIN, whose
+        ANALYZE form runs the statement, COPY, EXPORT, ATTACH, SET …) runs in a sandbox whose only writable
+        places lie outside DCAUDIT_HOME."""
         try:
             statements = duckdb.extract_statements(sql)
         except duckdb.Error as exc:
             raise DcauditError(f"query failed: {_one_line(exc)}") from None
         con = self._connect()
         try:
-            if all(s.type in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN) for s in statements):
+            # EXPLAIN goes to the sandbox too: EXPLAIN ANALYZE runs what it explains (a COPY writes)
+            if all(s.type == duckdb.StatementType.SELECT for s in statements):
                 result = con.sql(sql)
             else:
                 con, result = self._sandboxed(con, sql)

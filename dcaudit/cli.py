@@ -6,6 +6,7 @@ the API builds the spec from the same config objects a spec file or a notebook u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -53,6 +54,10 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.secho("interrupted", fg="red", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # the reader went away (dcaudit query … | head): nothing left to say
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+            sys.exit(141)  # 128 + SIGPIPE, as a shell tool killed by the closed pipe
         except Exception as exc:  # a bug or an environment failure: one line, and how to see more
             if os.environ.get("DCAUDIT_DEBUG"):
                 raise

@@ -31,7 +31,9 @@ STATUS_COLOURS = {"certified_true": "#009E73", "certified_false": "#0072B2", "am
 RC = {"svg.fonttype": "none", "svg.hashsalt": "dcaudit", "font.size": 8, "font.family": "sans-serif",
       "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.color": "#e6e6e6",
       "grid.linewidth": 0.6, "axes.axisbelow": True, "legend.frameon": False, "path.simplify": True,
-      "svg.image_inline": True}
+      "svg.image_inline": True,
+      # labels are the user's text (evidence values, model names): a '$' is a dollar, never mathtext
+      "text.parse_math": False}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from dcaudit.reports.package import read_manifest, verify_package
 
 MAX_ROWS = 200
 SUMMARY_KEYS = ("audit_id", "model", "split", "fiber_rule", "min_support")
-FIBER_KEYS = ("audit_id", "model", "split", "evidence_key")
+# a fiber is the same fiber only under the same claim, evidence and rule (bin 1 of quantile:4 is not bin 1 of quantile:3)
+FIBER_KEYS = ("audit_id", "model", "split", "claim", "evidence", "fiber_rule", "evidence_key")
 REPLAY_KEYS = ("audit_id", "model", "certification", "policy")
 
 

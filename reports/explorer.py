@@ -687,7 +687,9 @@ def pack(data: dict) -> dict:
 
 def _json(data: dict) -> str:
     text = json.dumps(pack(data), separators=(",", ":"), ensure_ascii=False, default=str)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # inside <script>: no '</script>' and no '<!--' may appear, and the text must stay JSON (JSON.parse):
+    # \u003c is '<' to JSON and to JavaScript alike ('<\!--' was not JSON)
+    return text.replace("<", "\\u003c")
 
 
 def section(data: dict | None) -> str:

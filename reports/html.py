@@ -179,9 +179,9 @@ def _section_summary(pkg: Package) -> str:
         first = pkg.sql("SELECT * FROM summary LIMIT 1").to_pylist()[0]
         parts.append(
             '<div>'
-            f'<span class="kpi"><b>{first["n_candidates"]}</b>candidates (first audit)</span>'
-            f'<span class="kpi"><b>{100 * (first.get("certified_fraction") or 0):.3g}%</b>certified</span>'
-            f'<span class="kpi"><b>{100 * (first.get("ambiguous_fraction") or 0):.3g}%</b>ambiguous</span>'
+            f'<span class="kpi"><b>{int(first["n_candidates"] or 0)}</b>candidates (first audit)</span>'
+            f'<span class="kpi"><b>{_share(first.get("certified_fraction"))}</b>certified</span>'
+            f'<span class="kpi"><b>{_share(first.get("ambiguous_fraction"))}</b>ambiguous</span>'
             f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
         bars = [charts.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in defaults.STATUSES)) for r in rows]
         n = pkg.rows["summary"]
@@ -588,6 +588,11 @@ def render_report(run_dir: Path, *, extra_sources: Iterable[Mapping[str, object]
     subtitle = (f"source {escape(str(m.get('source', '')))} · {escape(str(m.get('started_at', '')))} · "
                 f"{escape(str(m.get('seconds', '')))} s")
     return page(title, subtitle, body, (*PACKAGE_TABLES[:2], "explorer", *PACKAGE_TABLES[2:], "provenance"))
+
+
+def _share(fraction: float | None) -> str:
+    """A headline fraction as a percentage; NULL (no candidates) is a dash, never 0 %."""
+    return "—" if fraction is None else f"{100 * float(fraction):.3g}%"
 
 
 def write_report(run_dir: Path, target: Path | None = None, *,

@@ -400,3 +400,72 @@ def test_depictions_drawn_by_a_worker_give_the_same_report(run: dict, monkeypatc
     failed = render_report(package)
     assert with_worker == alone == failed
     assert "<svg" in json.dumps(_explorer(with_worker)["pics"])  # molecules were drawn
+
+
+# ---------------------------------------------------------------------------------------------------
+# The user's text in reports and comparisons: never mathtext, never broken JSON, never two fibers alike.
+
+def _cli_audit(tmp_path: Path, name: str, text: str, *extra: str) -> Path:
+    f = tmp_path / f"{name}.csv"
+    f.write_text(text)
+    out = tmp_path / f"pkg-{name}"
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    result = CliRunner().invoke(cli, ["audit", str(f), "--id", "id", "--evidence", "e", "--claim", "y = 1",
+                                      "--out", str(out), *extra], env=env)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_user_text_with_dollars_and_html_comments_renders(tmp_path: Path) -> None:
+    dollars = _cli_audit(tmp_path, "dollar", "id,e,y\n1,$x^$,1\n2,$x^$,0\n3,b,1\n4,b,0\n")
+    assert "$x^$" in (dollars / "report.html").read_text()  # the label as written, not mathtext (or an error)
+    comment = _cli_audit(tmp_path, "comment", "id,e,y\n<!--a,1,1\nb,1,0\nc,2,1\n")
+    page = (comment / "report.html").read_text()
+    data = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert data is not None and "<!--" not in data.group(1)
+    assert "<!--a" in json.dumps(json.loads(data.group(1)), ensure_ascii=False)  # still JSON, the id intact
+
+
+def test_an_audit_without_candidates_shows_no_percentages(tmp_path: Path) -> None:
+    page = (_cli_audit(tmp_path, "zero", "id,e,y\na,,1\nb,,0\n") / "report.html").read_text()
+    assert "<b>—</b>certified" in page and "<b>0%</b>" not in page
+
+
+def test_evidence_keys_never_read_alike_and_a_run_compared_with_itself_moves_nothing(tmp_path: Path) -> None:
+    f = tmp_path / "comma.csv"
+    f.write_text('id,a,b,y\n1,"x,y",p,1\n2,"x,y",p,0\n3,x,"y,p",0\n4,x,"y,p",0\n5,NA,q,1\n6,,q,1\n')
+    import dcaudit
+
+    fibers = dcaudit.audit(f, evidence=["a", "b"], claim="y = 1", id="id", missing="as-value").fibers
+    keys = fibers["evidence_key"].to_list()
+    assert len(set(keys)) == len(keys) == 4 and {'"x,y",p', 'x,"y,p"', '"NA",q', "NA,q"} == set(keys)
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    pkg = tmp_path / "pkg"
+    assert CliRunner().invoke(cli, ["audit", str(f), "--id", "id", "--evidence", "a,b", "--claim", "y = 1",
+                                    "--out", str(pkg), "--no-report"], env=env).exit_code == 0
+    result = CliRunner().invoke(cli, ["report", str(pkg), "--compare", str(pkg), "--out", str(tmp_path / "c.html")],
+                                env=env)
+    assert result.exit_code == 0, result.output
+    assert "<p>0 fibers changed status" in (tmp_path / "c.html").read_text()
+
+
+def test_fibers_of_different_rules_are_not_compared_as_the_same(tmp_path: Path) -> None:
+    rows = "".join(f"c{i},{i / 100},{int(i >= 50)}\n" for i in range(100))
+    a = _cli_audit(tmp_path, "q4", f"id,e,y\n{rows}", "--fiber-rule", "quantile:4", "--no-report")
+    b = _cli_audit(tmp_path, "q3", f"id,e,y\n{rows}", "--fiber-rule", "quantile:3", "--no-report")
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    out = tmp_path / "cmp.html"
+    assert CliRunner().invoke(cli, ["report", str(a), "--compare", str(b), "--out", str(out)], env=env).exit_code == 0
+    page = out.read_text()
+    assert "certified_false → ambiguous" not in page and "fiber_rule" in page
+
+
+def test_a_query_cannot_write_through_explain_analyze(tmp_path: Path) -> None:
+    pkg = _cli_audit(tmp_path, "x", "id,e,y\na,1,1\nb,1,0\n", "--no-report")
+    before = (pkg / "summary.parquet").read_bytes()
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    target = tmp_path / "home" / "written.parquet"
+    result = CliRunner().invoke(cli, ["query", f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{target}' (FORMAT parquet)"],
+                                env=env)
+    assert result.exit_code == 2 and "query refused" in result.output, result.output
+    assert not target.exists() and (pkg / "summary.parquet").read_bytes() == before
