@@ -354,17 +354,24 @@ def main() -> None:
     """The console script. Once the command is done — output written, files closed, ``atexit`` handlers
     run — the process ends with ``os._exit``: tearing the interpreter down (joining DuckDB's and Arrow's
     thread pools, freeing every module's objects) takes 0.1–0.5 s after the work and changes nothing a
-    user can see. ``DCAUDIT_DEBUG=1`` keeps the normal exit (for tools that hook interpreter shutdown)."""
+    user can see. ``DCAUDIT_DEBUG=1`` keeps the normal exit (for tools that hook interpreter shutdown), and so
+    does a process that loaded joblib's process pools."""
     try:
         cli(prog_name="dcaudit")
         code = 0
     except SystemExit as exc:
         code = _exit_status(exc.code)
-    if os.environ.get("DCAUDIT_DEBUG"):
+    # joblib's process pools (loky: the vision and matbench models) shut down from interpreter teardown,
+    # which the fast exit skips: the process would hang after a finished run. Those commands take seconds
+    # to minutes, so they keep the normal exit.
+    if os.environ.get("DCAUDIT_DEBUG") or any(m in sys.modules for m in ("joblib", "loky")):
         sys.exit(code)
     import atexit
-    import contextlib
+    import threading
 
+    for thread in threading.enumerate():  # as the interpreter does before atexit: wait for non-daemon threads
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (dcaudit … | head): nothing to write to

@@ -256,3 +256,21 @@ def test_vision_findings_name_unusable_images_and_fit_warnings(tmp_path: Path) -
     assert kinds == [("incomplete_conditions", "digits:0:m:c"), ("missing_clean_prediction", "digits:0:m:b"),
                      ("model_fit_warning", None)]
     assert set(found["source"]) == {"vision-digits"}
+
+
+def test_a_run_that_fitted_models_in_process_pools_ends(tmp_path: Path) -> None:
+    """joblib's process pools (n_jobs >= 2) shut down from interpreter teardown: the CLI's fast exit used to
+    skip it, and the process hung after printing that the run succeeded. The timeout only catches a hang."""
+    import os
+    import subprocess
+    import sys
+
+    spec = tmp_path / "v.toml"
+    spec.write_text('name = "qa"\n[source]\nconnector = "vision"\nid = "candidate_id"\ndatasets = "digits"\n'
+                    'digits_splits = 1\ndigits_models = "logistic, knn"\nn_jobs = 2\n[[audits]]\nid = "a"\n'
+                    'table = "images"\nclaim = "robust = true"\nevidence = ["model", "predicted"]\n')
+    env = {k: v for k, v in os.environ.items() if k != "DCAUDIT_DEBUG"} | {"DCAUDIT_HOME": str(tmp_path / "home")}
+    done = subprocess.run([str(Path(sys.executable).with_name("dcaudit")), "run", str(spec), "--no-report"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "succeeded" in done.stdout + done.stderr
