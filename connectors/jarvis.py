@@ -489,15 +489,17 @@ def audit_table(predictions: pl.DataFrame, truth: pl.DataFrame, properties: Sequ
 
 
 def discover(settings: Settings, properties: Sequence[str]) -> list[PredictionFile]:
-    """Every (model, property) file there is: the mirror's contributions, else the pinned known list."""
-    found: list[PredictionFile] = []
+    """Every (model, property) file there is: the pinned known list plus any further contributions the
+    mirror has. A pinned file the mirror lacks stays in the list, so fetching it stops the run as a missing
+    source (naming the file) instead of the audit quietly running on fewer models."""
     root = settings.mirror / CONTRIB_DIR if settings.mirror else None
     if root is not None and root.is_dir():
+        pairs = {(m, p) for (m, p) in KNOWN_SHA256 if p in properties}
         for path in sorted(root.glob("*/AI-SinglePropertyPrediction-*-dft_3d-test-mae.csv.zip")):
             m = _PRED_FILE.match(path.name)
             if m and m["prop"] in properties:
-                found.append(prediction_source(path.parent.name, m["prop"]))
-        return found
+                pairs.add((path.parent.name, m["prop"]))
+        return [prediction_source(model, prop) for model, prop in sorted(pairs)]
     unknown = [p for p in properties if not any(k[1] == p for k in KNOWN_SHA256)]
     if unknown:
         raise MissingSourceError(

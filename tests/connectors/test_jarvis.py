@@ -150,7 +150,9 @@ def test_leak_and_unknown_model_are_reported(tmp_path: Path, test_ids: pl.DataFr
     leak = _csv([(j, round(t, 3)) for j, t in test.select("jid", "target").iter_rows()])  # reference, rounded
     honest = _csv([(j, t + 0.05) for j, t in test.select("jid", "target").iter_rows()])
     mirror = _fake_mirror(tmp_path / "mirror", {("leaky_model", FE): leak, ("my_new_model", FE): honest})
-    prepared = jarvis.prepare(_settings(tmp_path / "home", mirror), jarvis.Options(properties=(FE,)))
+    # a mirror of other contributions names its models: without models = [...] every pinned one is expected
+    prepared = jarvis.prepare(_settings(tmp_path / "home", mirror),
+                              jarvis.Options(properties=(FE,), models=("leaky_model", "my_new_model")))
     findings = pl.read_parquet(prepared.reports["findings"])
     leak_rows = findings.filter(pl.col("issue") == "leak_identical_to_reference")
     assert leak_rows["model"].to_list() == ["leaky_model"] and "5572" in leak_rows["detail"][0]
@@ -226,3 +228,12 @@ def test_offline_without_mirror_says_where_to_put_the_files(tmp_path: Path) -> N
         jarvis.prepare(_settings(tmp_path / "home", None), jarvis.Options(properties=(FE,)))
     with pytest.raises(MissingSourceError, match="no list of JARVIS contributions"):
         jarvis.prepare(_settings(tmp_path / "home", None), jarvis.Options(properties=("spillage",)))
+
+
+def test_a_pinned_prediction_file_missing_from_the_mirror_stops_the_run(tmp_path: Path) -> None:
+    """Without it the audit would quietly run on fewer models than the leaderboard has."""
+    from dcaudit.errors import MissingSourceError
+
+    mirror = _fake_mirror(tmp_path / "mirror", {("my_new_model", FE): "id,prediction\n"})  # contributions/ exists
+    with pytest.raises(MissingSourceError, match="alignn_model.*not available offline"):
+        jarvis.prepare(_settings(tmp_path / "home", mirror), jarvis.Options(properties=(FE,)))
