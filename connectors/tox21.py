@@ -52,6 +52,8 @@ COLUMNS = (*ASSAYS, "mol_id", "smiles")
 N_ROWS = 7831
 # sha256 over "mol_id,label1,…,label12" lines (labels normalised to 0/1/empty), in file order.
 FINGERPRINT = "4d64a90d78a1f73aa48c19482f39fa03fe88f4db580099e3df850ef08e2da593"
+# sha256 of the SMILES column, one per line in source order (the canonical tox21.csv.gz's SMILES as written)
+SMILES_FINGERPRINT = "1b6b3a30ad844b50458135adfca046c5444e5498403e8eb003bda490a0e93bfd"
 NORMALISER = "tox21-1"
 
 SOURCE = SourceFile(
@@ -69,16 +71,16 @@ _LABEL_TEXT = {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "": None}
 def read_labels(path: Path) -> pl.DataFrame:
     """Read and validate a Tox21 CSV: the 14 columns, labels 0/1/empty. Errors name file, row, column."""
     import polars as pl  # here, not at import: a run with cached tables needs no polars
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
-    if path.stat().st_size == 0:
-        raise InputError("file is empty", file=str(path))
-    try:
-        df = pl.read_csv(path, infer_schema=False)
-    except (pl.exceptions.ComputeError, pl.exceptions.NoDataError) as exc:
-        raise InputError(f"cannot parse as CSV: {exc}", file=str(path)) from exc
-    if df.height == 0:
+
+    from dcaudit.inputs import check_file, read_csv
+
+    # The input contract's reader: a ragged or non-UTF-8 line, a truncated .gz, a repeated column name are
+    # one-line errors naming the line, as for any table a user brings. Every column stays text here.
+    table = read_csv(check_file(path), text_columns=tuple(COLUMNS))
+    if table.num_rows == 0:
         raise InputError("file has a header but no rows", file=str(path))
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise InputError(f"missing column(s) {missing}; found {df.columns}", file=str(path), column=missing[0])
@@ -118,6 +120,11 @@ def verify_content(df: pl.DataFrame, path: Path) -> None:
     if fp != FINGERPRINT:
         raise IntegrityError(f"{path}: content fingerprint {fp[:16]}… differs from the MoleculeNet Tox21 "
                              f"table's {FINGERPRINT[:16]}… (labels or ids were changed)")
+    # SMILES decide the structure identity (InChIKey) of the label-noise split: a changed one is a changed table
+    sfp = hashlib.sha256("\n".join(v or "" for v in df["smiles"].to_list()).encode()).hexdigest()
+    if sfp != SMILES_FINGERPRINT:
+        raise IntegrityError(f"{path}: its SMILES differ from the MoleculeNet Tox21 table's (fingerprint "
+                             f"{sfp[:16]}…, expected {SMILES_FINGERPRINT[:16]}…): a structure was changed or cut")
 
 
 def parse_structures(smiles: list[str | None]) -> pl.DataFrame:

@@ -158,3 +158,28 @@ def test_gzipped_mirror_copy_is_accepted(tmp_path: Path) -> None:
         shutil.copyfileobj(src, dst)
     df = tox21.read_labels(mirror / "tox21.csv.gz")
     tox21.verify_content(df, mirror / "tox21.csv.gz")
+
+
+@pytest.mark.parametrize("change, error, needle", [
+    (lambda lines: lines.__setitem__(1, lines[1].replace(",CCOc1", ",CCNc1", 1)), IntegrityError, "SMILES differ"),
+    (lambda lines: lines.__setitem__(-1, lines[-1][:-12]), IntegrityError, "SMILES differ"),
+    (lambda lines: lines.__setitem__(4, lines[4] + ",extra"), InputError, "line 5 has 15 fields"),
+])
+def test_a_changed_structure_or_a_broken_line_is_named(tmp_path: Path, change, error, needle: str) -> None:  # noqa: ANN001
+    """The labels' fingerprint would not see a changed SMILES (the structure identity of the label-noise
+    split), and the CSV is read by the input contract's reader: a ragged line is named by its number."""
+    lines = mirror_path("tox21/tox21.csv").read_text().splitlines()
+    change(lines)
+    path = _write(tmp_path, "\n".join(lines) + "\n")
+    with pytest.raises(error, match=needle):
+        tox21.verify_content(tox21.read_labels(path), path)
+
+
+def test_a_truncated_gzip_copy_is_named(tmp_path: Path) -> None:
+    import gzip
+
+    data = gzip.compress(mirror_path("tox21/tox21.csv").read_bytes())
+    path = tmp_path / "tox21.csv.gz"
+    path.write_bytes(data[:-100])
+    with pytest.raises(InputError, match="truncated or not valid gzip"):
+        tox21.read_labels(path)
