@@ -494,12 +494,16 @@ def discover(settings: Settings, properties: Sequence[str]) -> list[PredictionFi
     source (naming the file) instead of the audit quietly running on fewer models."""
     root = settings.mirror / CONTRIB_DIR if settings.mirror else None
     if root is not None and root.is_dir():
-        pairs = {(m, p) for (m, p) in KNOWN_SHA256 if p in properties}
+        everything = set(KNOWN_SHA256)
         for path in sorted(root.glob("*/AI-SinglePropertyPrediction-*-dft_3d-test-mae.csv.zip")):
             m = _PRED_FILE.match(path.name)
-            if m and m["prop"] in properties:
-                pairs.add((path.parent.name, m["prop"]))
-        return [prediction_source(model, prop) for model, prop in sorted(pairs)]
+            if m:
+                everything.add((path.parent.name, m["prop"]))
+        absent = [p for p in properties if not any(q == p for _, q in everything)]
+        if absent:  # a typo, not a missing download: name what there is
+            raise SpecError(f"[source] properties: no JARVIS predictions for {absent} in the mirror or the pinned "
+                            f"list; properties with predictions: {', '.join(sorted({q for _, q in everything}))}")
+        return [prediction_source(model, prop) for model, prop in sorted(everything) if prop in properties]
     unknown = [p for p in properties if not any(k[1] == p for k in KNOWN_SHA256)]
     if unknown:
         raise MissingSourceError(
@@ -576,7 +580,12 @@ def as_findings(detail: pl.DataFrame) -> pl.DataFrame:
 def prepare(settings: Settings, options: Options | None = None) -> PreparedSource:
     """Fetch, validate and normalise (see the module docstring and :class:`Options`)."""
     options = options or Options()
-    properties = tuple(dict.fromkeys(options.properties or DEFAULT_PROPERTIES))
+    known = sorted({p for _, p in KNOWN_SHA256} | set(DEFAULT_PROPERTIES))  # what the pinned list has
+    if not options.properties or (options.models is not None and not options.models):
+        what = "properties" if not options.properties else "models"
+        raise SpecError(f"[source] {what} is empty; leave it out for the defaults, or name some"
+                        + (f" of: {', '.join(known)}" if what == "properties" else " (or \"all\")"))
+    properties = tuple(dict.fromkeys(options.properties))
     required = options.require
     unknown = [p for p in required if p not in properties]
     if unknown:

@@ -52,7 +52,7 @@ from dcaudit.connectors.base import (
     fetch,
     provenance,
 )
-from dcaudit.errors import InputError, MissingSourceError, require
+from dcaudit.errors import InputError, MissingSourceError, SpecError, require
 from dcaudit.storage import write_table_atomic
 
 NORMALISER = "matbench-1"
@@ -522,6 +522,8 @@ def _task_table(task: str, settings: Settings, folds: pl.DataFrame, folds_sha: s
 
 
 def _check_request(tasks: Sequence[str] | None, submissions: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    if tasks is not None and not tasks:  # [] is no request for every task: say what there is
+        raise SpecError(f"[source] tasks is empty; leave it out for every task, or name some of: {', '.join(TASKS)}")
     tasks = list(tasks) if tasks else list(TASKS)
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:

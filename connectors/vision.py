@@ -75,6 +75,7 @@ def write_images_table(predictions: dict[str, Path], out: Path) -> Path:
 
 
 DATASETS = ("digits", "mnist-c")
+MAX_SPLITS = 1000  # the paper uses 25; each split refits every model
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,15 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
     datasets, digits_splits, digits_models, n_jobs = (options.datasets, options.digits_splits,
                                                       options.digits_models, options.n_jobs)
     bad = [d for d in datasets if d not in DATASETS]
-    if bad:
-        raise SpecError(f"vision connector: unknown dataset(s) {bad}; choose from {', '.join(DATASETS)}")
+    if bad or not datasets:
+        raise SpecError(f"vision connector: unknown dataset(s) {bad or '(none)'}; choose from {', '.join(DATASETS)}")
+    if digits_splits is not None and not 1 <= digits_splits <= MAX_SPLITS:
+        raise SpecError(f"vision connector: digits_splits must be from 1 to {MAX_SPLITS}, got {digits_splits}")
+    if digits_models is not None and not digits_models:
+        raise SpecError(f"vision connector: digits_models is empty; choose from {', '.join(DIGITS_MODELS)}")
+    if not (n_jobs == -1 or 1 <= n_jobs <= 1024):
+        raise SpecError(f"vision connector: n_jobs must be a number of processes >= 1 (or -1: one per core), "
+                        f"got {n_jobs}")
     tables: dict[str, Path] = {}
     inputs: dict[str, str] = {}
     notes: list[str] = []

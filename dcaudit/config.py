@@ -64,6 +64,8 @@ class Settings:
             given["memory_limit"] = check_memory_limit(str(given["memory_limit"]), "--memory-limit")
         if "home" in given:
             check_home(Path(str(given["home"])), "--home")
+        if "mirror" in given and Path(str(given["mirror"])).is_file():
+            raise SpecError(f"--mirror {given['mirror']} is a file; give the directory laid out like the data mirror")
         return replace(self, **given)
 
 
@@ -95,6 +97,14 @@ def check_home(home: Path, where: str = "DCAUDIT_HOME") -> Path:
     return home
 
 
+def _mirror(text: str) -> Path:
+    path = Path(text).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise SpecError(f"DCAUDIT_MIRROR = {path} is a file; give the directory laid out like the data mirror "
+                        "(tox21/, jarvis_leaderboard/, …)")
+    return path
+
+
 def load_settings() -> Settings:
     """Read the environment once; nothing else in the package reads ``os.environ``. A malformed
     setting is a SpecError naming the variable (exit 2), never a traceback later."""
@@ -103,7 +113,7 @@ def load_settings() -> Settings:
     memory = os.environ.get("DCAUDIT_MEMORY_LIMIT", "").strip()
     return Settings(
         home=check_home(Path(os.environ.get("DCAUDIT_HOME", "workspace")).expanduser().resolve()),
-        mirror=Path(mirror).expanduser().resolve() if mirror else None,
+        mirror=_mirror(mirror) if mirror else None,
         memory_limit=check_memory_limit(memory, "DCAUDIT_MEMORY_LIMIT") if memory else "8GB",
         threads=check_threads(threads, "DCAUDIT_THREADS") if threads else None,
         offline=_env_bool("DCAUDIT_OFFLINE"),

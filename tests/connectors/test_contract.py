@@ -68,3 +68,40 @@ def test_findings_schema_helpers(tmp_path) -> None:  # noqa: ANN001
     path = tmp_path / "f.parquet"
     pq.write_table(findings.to_arrow(rows), path)
     assert findings.read(path).schema == findings.ARROW_SCHEMA and findings.read(None).num_rows == 0
+
+
+@pytest.mark.parametrize("name, options, needle", [
+    ("vision", {"datasets": []}, "unknown dataset(s) (none)"),
+    ("vision", {"n_jobs": 0}, "n_jobs must be"),
+    ("vision", {"digits_splits": 0}, "digits_splits must be from 1"),
+    ("vision", {"digits_models": []}, "digits_models is empty"),
+    ("jarvis", {"properties": []}, "properties is empty"),
+    ("jarvis", {"models": []}, "models is empty"),
+    ("jarvis", {"properties": ["formation_energy_peratom", "nope"]}, "no JARVIS predictions for ['nope']"),
+    ("matbench", {"tasks": []}, "tasks is empty"),
+])
+def test_option_values_that_ask_for_nothing_or_no_such_thing_are_spec_errors(
+        name: str, options: dict, needle: str, tmp_path) -> None:  # noqa: ANN001
+    """Not a missing source (which a batch skips), not the defaults in disguise, not an internal error."""
+    from dcaudit.config import Settings
+    from tests.conftest import MIRROR
+
+    connector = get_connector(name)
+    settings = Settings(home=tmp_path / "home", mirror=MIRROR, memory_limit="2GB", threads=None, offline=True)
+    with pytest.raises(SpecError, match=re_escape(needle)):
+        connector.prepare(settings, parse_options(name, connector.Options, options))
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_a_mirror_setting_that_is_a_file_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from dcaudit.config import load_settings
+
+    (tmp_path / "f").write_text("x")
+    monkeypatch.setenv("DCAUDIT_MIRROR", str(tmp_path / "f"))
+    with pytest.raises(SpecError, match="DCAUDIT_MIRROR = .* is a file"):
+        load_settings()
