@@ -47,7 +47,14 @@ from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import ENGINES, Engine, connect
-from dcaudit.errors import MissingSourceError, RunInterrupted, RunLockedError, SpecError, WorkspaceError
+from dcaudit.errors import (
+    InputError,
+    MissingSourceError,
+    RunInterrupted,
+    RunLockedError,
+    SpecError,
+    WorkspaceError,
+)
 from dcaudit.inputs import (
     MIXED_TEXT_KIND,
     PARQUET_SUFFIXES,
@@ -82,8 +89,12 @@ class StageContext:
     findings: list[pa.Table] = field(default_factory=list)   # rows of findings.parquet (duplicate ids, …)
     checked_ids: set[tuple[str, str]] = field(default_factory=set)  # (view, id column) the contract checked
     checked_text: set[tuple[str, str]] = field(default_factory=set)  # (view, evidence column) checked for text
+    empty_tables: frozenset[str] = frozenset()  # the source's tables that hold no rows (not registered)
 
     def view_for(self, table: str | None) -> str:
+        if table in self.empty_tables:
+            raise InputError(f"table {table!r} of source {self.source!r} has no rows, so nothing can be audited "
+                             "in it (the connector's findings say why)")
         if table is None:
             return next(iter(self.tables.values()))
         if table not in self.tables:
@@ -544,6 +555,7 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
     run's engine over them."""
     registered: dict[str, RegisteredInput] = {}
     files: dict[str, Path] = {}  # view -> the Parquet behind it, which another engine can read itself
+    empty: set[str] = set()      # connector tables without rows: registered nowhere, named if an audit asks
     if isinstance(prepared, UserSource):
         # the id column is read from a CSV as text: an id 007 stays 007
         registered[prepared.name] = register_input(con, prepared.data, label=prepared.label,
@@ -557,14 +569,28 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
     else:
+        first = next(iter(prepared.tables), None)  # audits without a table read it: never skipped
         for name, path in prepared.tables.items():
+            if name != first and _no_rows(Path(path)):  # e.g. no leaderboard predictions for these tasks
+                empty.add(name)
+                continue
             registered[name] = register_input(con, path)
             files[registered[name].view] = Path(path)
     tables = {name: r.view for name, r in registered.items()}
     columns = {r.view: list(r.columns) for r in registered.values()}
     notes = list(getattr(prepared, "notes", ()))
     return StageContext(spec, settings, con, source_name, tables, columns, open_engine(engine, con, files),
-                        notes=notes)
+                        notes=notes, empty_tables=frozenset(empty))
+
+
+def _no_rows(path: Path) -> bool:
+    """True for a Parquet file that holds no rows (read from its footer)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return path.suffix == ".parquet" and path.is_file() and pq.ParquetFile(path).metadata.num_rows == 0
+    except Exception:  # noqa: BLE001 - unreadable: register_input names the problem
+        return False
 
 
 def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:

@@ -160,3 +160,22 @@ def test_stage_warm_up_hooks_resolve_and_start_their_imports() -> None:
     for thread in price._prefetching:
         thread.join(timeout=60)  # type: ignore[attr-defined]
     assert "scipy.special" in sys.modules
+
+
+def test_an_empty_table_of_a_source_blocks_only_the_audits_that_read_it(tmp_path: Path) -> None:
+    """Matbench's RFLR submission has no predictions for the dielectric task: its predictions table is empty.
+    An audit of the task table runs; an audit of the empty table is one line naming it."""
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+    from tests.conftest import MIRROR
+
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1", "DCAUDIT_MIRROR": str(MIRROR)}
+    spec = tmp_path / "mb.toml"
+    for table, code in (("dielectric", 0), ("predictions", 2)):
+        spec.write_text('name = "qa-mb"\n[source]\nconnector = "matbench"\nid = "mbid"\ntasks = ["dielectric"]\n'
+                        f'submissions = ["RFLR"]\n[[audits]]\nid = "a"\ntable = "{table}"\nclaim = "n > 2.0"\n'
+                        'evidence = ["reduced_formula"]\n')
+        result = CliRunner().invoke(cli, ["run", str(spec), "--no-report"], env=env)
+        assert result.exit_code == code, result.output
+    assert "table 'predictions' of source 'matbench' has no rows" in result.output
