@@ -712,11 +712,17 @@ class Catalog:
     def run_dir(self, run_id_or_spec: str) -> Path:
         """The package directory of a run id, or of the latest succeeded/reused run of a spec name."""
         rows = self.query(
-            "SELECT run_dir FROM runs WHERE run_id = $k OR (spec = $k AND status IN ('succeeded', 'reused')) "
-            "ORDER BY run_id = $k DESC, started_at DESC LIMIT 1".replace("$k", _sql_string(run_id_or_spec)))
+            "SELECT run_dir, status, error FROM runs WHERE run_id = $k OR (spec = $k AND status IN ('succeeded', "
+            "'reused')) ORDER BY run_id = $k DESC, started_at DESC LIMIT 1".replace("$k", _sql_string(run_id_or_spec)))
         if rows.num_rows == 0:
             raise DcauditError(f"no run {run_id_or_spec!r} in the catalog (and no succeeded run of a spec of "
                                "that name); `dcaudit runs` lists them")
+        status = rows.column(1)[0].as_py()
+        if status in ("failed", "skipped", "running"):  # no package was written: say so, not "damaged"
+            why = (rows.column(2)[0].as_py() or "").splitlines()[:1]
+            raise DcauditError(f"run {run_id_or_spec!r} {'is still running' if status == 'running' else status}"
+                               f"{': ' + why[0][:200] if why else ''}; it has no evidence package "
+                               "(`dcaudit runs` lists the runs that have one)")
         return Path(rows.column(0)[0].as_py())
 
     def diff(self, spec: str) -> RunDiff:

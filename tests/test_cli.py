@@ -307,3 +307,13 @@ def test_a_probe_of_lists_is_ranked_not_cast(env: dict[str, str], tmp_path: Path
     result = invoke(env, "complete", str(f), "--id", "id", "--evidence", "e", "--probes", "lst", "--claim", "y",
                     "--seeds", "2", "--no-report")
     assert result.exit_code == 0 and "recommended next probe: lst" in result.output, result.output
+
+
+def test_report_of_a_failed_run_says_it_failed(env: dict[str, str], tmp_path: Path) -> None:
+    f = tmp_path / "dup.csv"
+    f.write_text("compound,score bin,active\nc1,1,1\nc1,1,0\n")
+    assert _audit(env, f).exit_code == 2
+    run_id = invoke(env, "query", "select run_id from runs", "--quiet").output.split()[0]
+    result = invoke(env, "report", run_id)
+    assert result.exit_code == 2 and "failed: InputError: 1 repeated candidate id" in result.output, result.output
+    assert "no evidence package" in result.output and "damaged" not in result.output
