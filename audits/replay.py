@@ -99,6 +99,7 @@ from dcaudit.audits.price import (
     prefetch_special,
     price_aware_outcomes,
 )
+from dcaudit.audits.windows import window_bounds
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.engine import memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
@@ -922,8 +923,9 @@ class WindowIndex:
         # rows before `hi` in the model's block hold x <= x_test + tol; rows before `lo` hold x < x_test − tol
         with np.errstate(invalid="ignore"):  # inf ∓ inf is NaN, as in SQL
             base = m * self.width
-            hi = self._row_at(base + np.searchsorted(self.values, x_test + tol, side="right"))
-            lo = self._row_at(base + np.searchsorted(self.values, x_test - tol, side="left"))
+            lo_v, hi_v = window_bounds(self.values, x_test, tol)  # |Δ| <= tol exactly, not x ± tol rounded
+            hi = self._row_at(base + hi_v)
+            lo = self._row_at(base + lo_v)
         del m, base, x_test, tol
         at = (group % n_seeds) * (n_rows + 1)  # start of the entry's seed in the flattened prefix sums
         flat = prefix.ravel()

@@ -60,9 +60,10 @@ def knn_counts(y_sorted: np.ndarray, k: int) -> WindowCounts:
 
 def tolerance_counts(x_sorted: np.ndarray, y_sorted: np.ndarray, tol: float) -> WindowCounts:
     """Neighbourhoods ``|x_j - x_i| <= tol`` (self included) by binary search on sorted evidence."""
+    from dcaudit.audits.windows import window_bounds
+
     cum = np.concatenate([[0], np.cumsum(y_sorted, dtype=np.int64)])
-    lo = np.searchsorted(x_sorted, x_sorted - tol, side="left")
-    hi = np.searchsorted(x_sorted, x_sorted + tol, side="right")
+    lo, hi = window_bounds(x_sorted, x_sorted, tol)  # |Δ| <= tol exactly, not x ± tol rounded
     return WindowCounts(hi - lo, cum[hi] - cum[lo])
 
 

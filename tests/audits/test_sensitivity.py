@@ -93,3 +93,28 @@ def test_tolerance_without_reference_is_refused() -> None:
     with pytest.raises(SpecError, match="reference"):
         sensitivity(_con(table), "t", id_column="id", evidence="x", claim=parse_claim("y = 1"),
                     tolerances=["mae"], labels=LABELS)
+
+
+@given(st.lists(st.sampled_from([i / 100 for i in range(60)]), min_size=1, max_size=30),
+       st.sampled_from([i / 100 for i in range(30)]))
+def test_windows_are_exactly_the_values_within_the_width_both_ways(values: list[float], tol: float) -> None:
+    """|Δ| <= T, compared on the difference: 0.04 and 0.14 are 0.1 apart in floating point, so each is in
+    the other's window:0.1 (searching for x ± T alone put 0.14 outside the window of 0.04)."""
+    import numpy as np
+
+    from dcaudit.audits.windows import window_bounds
+
+    v = np.sort(np.asarray(values))
+    lo, hi = window_bounds(v, v, tol)
+    for i, c in enumerate(v):
+        assert list(range(lo[i], hi[i])) == [j for j in range(len(v)) if abs(v[j] - c) <= tol]
+
+
+def test_a_window_at_a_decimal_boundary_is_symmetric() -> None:
+    import polars as pl
+
+    import dcaudit
+
+    r = dcaudit.sensitivity(pl.DataFrame({"x": [0.04, 0.14], "y": [1, 0]}), evidence=["x"], claim="y = 1",
+                            rules=["window:0.1"])
+    assert r.sensitivity.select("certified_true", "certified_false", "ambiguous").rows() == [(0, 0, 2)]
