@@ -223,6 +223,38 @@ def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, objec
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
+    _remember_digest(path)
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def _identity(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
+
+
+def _remember_digest(path: Path) -> None:
+    """Beside a derived table: its sha256 and the file identity it was taken at (:func:`table_intact`)."""
+    with contextlib.suppress(OSError):  # without the note the table is derived again next time: slower, not wrong
+        _digest_path(path).write_text(f"{_identity(path)}\n{sha256_file(path)}\n")
+
+
+def table_intact(path: Path) -> bool:
+    """True when a derived table holds the bytes it was written with: its file identity (inode, size, mtime)
+    is the one noted when it was written, or — after a copy that kept the bytes — its sha256 is. A table with
+    no note, or whose bytes changed (a flipped bit, a rewrite by another tool), is not intact: derived again."""
+    try:
+        identity, digest = _digest_path(path).read_text().split("\n")[:2]
+        if identity == _identity(path):
+            return True
+        if sha256_file(path) == digest:
+            _remember_digest(path)
+            return True
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
@@ -377,7 +409,8 @@ def cached_table(path: Path, input_key: str, version: str | None, *,
 
     ``key_field`` names the metadata entry holding the input key (a file's sha256, a digest of several, a
     protocol hash); ``version=None`` skips the normaliser-version check (``dcaudit.normaliser``).
-    A table that does not read is never trusted: the caller derives it again.
+    A table that does not read, or whose bytes changed since it was written (:func:`table_intact`), is
+    never trusted: the caller derives it again.
     """
     if not path.is_file():
         return False
@@ -386,7 +419,8 @@ def cached_table(path: Path, input_key: str, version: str | None, *,
     except Exception:  # a corrupt table is re-derived, never trusted
         return False
     return (meta.get(key_field.encode(), b"").decode() == input_key
-            and (version is None or meta.get(b"dcaudit.normaliser", b"").decode() == version))
+            and (version is None or meta.get(b"dcaudit.normaliser", b"").decode() == version)
+            and table_intact(path))
 
 
 def read_manifest(run_dir: Path) -> dict:

@@ -51,3 +51,27 @@ def test_the_console_has_no_excluded_line_when_nothing_is_excluded() -> None:
     reasons = pa.array([None, "evidence_missing", None, "claim_missing", "evidence_missing", None], pa.string())
     with_reasons = table.set_column(table.column_names.index("excluded_reason"), "excluded_reason", reasons)
     assert excluded_line(with_reasons) == "3 of 6 candidates excluded: evidence_missing 2, claim_missing 1"
+
+
+def test_a_derived_table_whose_bytes_changed_is_not_reused(tmp_path: Path) -> None:
+    """A cached table in tables/ rewritten by another tool, or with a flipped bit, kept its metadata and was
+    reused; its sha256 is noted beside it when written, and checked when the file's identity changed."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dcaudit.storage import cached_table, write_table_atomic
+
+    path = tmp_path / "t.parquet"
+    write_table_atomic(pa.table({"x": [1, 2, 3]}), path, {"dcaudit.sha256": "k", "dcaudit.normaliser": "v1"})
+    assert cached_table(path, "k", "v1")
+    moved = tmp_path / "copy.parquet"  # the same bytes under another inode (a restore, cp): still intact
+    shutil.copy(path, moved)
+    shutil.copy(tmp_path / ".t.parquet.sha256", tmp_path / ".copy.parquet.sha256")
+    assert cached_table(moved, "k", "v1")
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(0, "x", pa.array([1, 2, 4])), path)  # same metadata, other values
+    assert not cached_table(path, "k", "v1")
+    (tmp_path / ".copy.parquet.sha256").unlink()  # a table without the note is derived again
+    assert not cached_table(moved, "k", "v1")
