@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 
+from dcaudit.claims import quote_string
 from dcaudit.config import Settings
 from dcaudit.defaults import ENGINES  # noqa: F401 - the engines a run can ask for (--engine, engine=)
 
@@ -104,7 +105,8 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(":memory:")
     con.execute(f"SET memory_limit = '{_safe(settings.memory_limit)}'")
-    con.execute(f"SET temp_directory = '{_safe(str(settings.temp_dir))}'")
+    # a path may hold quotes (a workspace called O'Brien): quoted as a SQL string, not refused
+    con.execute(f"SET temp_directory = {quote_string(str(settings.temp_dir))}")
     # Insertion order is part of no result here; dropping it lets DuckDB stream and spill.
     con.execute("SET preserve_insertion_order = false")
     # Audits over thousands of evidence columns build expressions that deep (one term per column).

@@ -73,13 +73,21 @@ def run_batch(settings: Settings, names: Sequence[str], *, force: bool = False, 
               each: Callable[[Outcome], None] | None = None, engine: str = "duckdb",
               report: bool = True) -> list[Outcome]:
     """Every spec in turn under the batch lock (a failing one does not stop the others)."""
-    outcomes = []
-    with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
-        for name in names:
-            outcome = run_one(settings, name, force=force, quiet=quiet, engine=engine, report=report)
-            if each is not None:
-                each(outcome)
-            outcomes.append(outcome)
+    from dcaudit.pipelines.runner import workspace_error
+
+    outcomes: list[Outcome] = []
+    try:
+        with file_lock(settings.home / "locks" / "batch.lock", wait=0.0, what="a batch of runs (dcaudit run --all)"):
+            for name in names:
+                outcome = run_one(settings, name, force=force, quiet=quiet, engine=engine, report=report)
+                if each is not None:
+                    each(outcome)
+                outcomes.append(outcome)
+    except OSError as exc:  # the batch lock cannot be taken: a read-only or full workspace, said as for one run
+        err = workspace_error(exc, settings, "the batch did not start")
+        if err is None or outcomes:
+            raise
+        raise err from None
     return outcomes
 
 

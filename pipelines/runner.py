@@ -197,7 +197,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def _workspace_error(exc: BaseException, settings: Settings, what: str) -> WorkspaceError | None:
+def workspace_error(exc: BaseException, settings: Settings, what: str) -> WorkspaceError | None:
     """A full disk or a read-only workspace as one line (None for any other error)."""
     if not isinstance(exc, OSError) or exc.errno not in (*_NO_SPACE, *_NOT_WRITABLE):
         return None
@@ -289,7 +289,7 @@ def execute_run(
                 "running": f"run {run_id} failed and is recorded as failed"}.get(phase["now"], f"run {run_id}")
         if phase.get("unrecorded"):
             what = f"run {run_id} failed; its record could not be updated (the next run of {name!r} marks it failed)"
-        err = _workspace_error(exc, settings, what)
+        err = workspace_error(exc, settings, what)
         if err is None:
             raise
         raise err from exc

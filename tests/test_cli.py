@@ -317,3 +317,9 @@ def test_report_of_a_failed_run_says_it_failed(env: dict[str, str], tmp_path: Pa
     result = invoke(env, "report", run_id)
     assert result.exit_code == 2 and "failed: InputError: 1 repeated candidate id" in result.output, result.output
     assert "no evidence package" in result.output and "damaged" not in result.output
+
+
+def test_a_workspace_path_with_a_quote_works(bench_csv: Path, tmp_path: Path) -> None:
+    env = {"DCAUDIT_HOME": str(tmp_path / "O'Brien; home"), "DCAUDIT_OFFLINE": "1"}
+    result = _audit(env, bench_csv)
+    assert result.exit_code == 0, result.output
