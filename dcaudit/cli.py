@@ -23,7 +23,7 @@ from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
-from dcaudit.errors import DcauditError, RunInterrupted, SpecError
+from dcaudit.errors import DcauditError, RunInterrupted, RunLockedError, SpecError
 
 if TYPE_CHECKING:
     from dcaudit.pipelines.batch import Outcome
@@ -138,8 +138,18 @@ def run(settings: Settings, spec: tuple[str, ...], run_all: bool, force: bool, q
                           report=not no_report)
         _show_outcome(outcome, quiet=quiet, as_json=as_json)
         sys.exit(gated(outcome))
-    outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json, engine=engine, report=not no_report,
-                         each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
+    try:
+        outcomes = run_batch(settings, names, force=force, quiet=quiet or as_json, engine=engine,
+                             report=not no_report,
+                             each=None if as_json else lambda o: _show_outcome(o, quiet=quiet, as_json=False))
+    except RunLockedError as exc:  # another batch holds the lock: with --json, still one JSON answer per spec
+        if not as_json:
+            raise
+        from dcaudit.pipelines.batch import Outcome as Locked
+
+        click.echo(json.dumps([Locked(n, "locked", exc.exit_code, error=str(exc)).as_dict() for n in names],
+                              default=str, indent=1))
+        sys.exit(exc.exit_code)
     code = batch_exit_code(outcomes) or max((gated(o) for o in outcomes if o.exit_code == 0), default=0)
     if as_json:
         click.echo(json.dumps([o.as_dict() for o in outcomes], default=str, indent=1))

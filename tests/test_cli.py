@@ -323,3 +323,17 @@ def test_a_workspace_path_with_a_quote_works(bench_csv: Path, tmp_path: Path) ->
     env = {"DCAUDIT_HOME": str(tmp_path / "O'Brien; home"), "DCAUDIT_OFFLINE": "1"}
     result = _audit(env, bench_csv)
     assert result.exit_code == 0, result.output
+
+
+def test_a_held_batch_lock_still_answers_json(env: dict[str, str]) -> None:
+    import fcntl
+    import json
+
+    lock = Path(env["DCAUDIT_HOME"]) / "locks" / "batch.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = invoke(env, "run", "tox21", "jarvis", "--json")
+    assert result.exit_code == 75
+    answers = json.loads(result.stdout)
+    assert [(a["spec"], a["status"]) for a in answers] == [("tox21", "locked"), ("jarvis", "locked")]
