@@ -9,7 +9,19 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-_console = Console(stderr=True)
+
+class StderrConsole(Console):
+    """A rich console on stderr that falls silent when stderr is a closed pipe (``dcaudit run … 2>&1 | head``):
+    rich's default ends the process from inside the run, which recorded a good run as failed."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(stderr=True, **options)  # type: ignore[arg-type]
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # stop writing; the run goes on and is recorded as it ends
+
+
+_console = StderrConsole()
 
 
 class DownloadProgress:

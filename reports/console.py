@@ -8,9 +8,11 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-console = Console(stderr=True)
+from dcaudit.progress import StderrConsole
+
+console = StderrConsole()
 if not console.is_terminal:  # logs and CI: wide enough that the summary table is readable
-    console = Console(stderr=True, width=200)
+    console = StderrConsole(width=200)
 
 
 def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:

@@ -337,3 +337,11 @@ def test_a_held_batch_lock_still_answers_json(env: dict[str, str]) -> None:
     assert result.exit_code == 75
     answers = json.loads(result.stdout)
     assert [(a["spec"], a["status"]) for a in answers] == [("tox21", "locked"), ("jarvis", "locked")]
+
+
+def test_a_closed_stderr_pipe_silences_the_console_without_ending_the_run() -> None:
+    from dcaudit.progress import StderrConsole
+
+    console = StderrConsole()
+    console.on_broken_pipe()  # rich's default raises SystemExit: the run was recorded as failed
+    assert console.quiet
