@@ -321,7 +321,7 @@ def _window_reference(x: np.ndarray, r: np.ndarray, y: np.ndarray, cal: np.ndarr
     gmaj = 2 * yc.sum() > len(yc)
     res = {"certified": 0, "false_cert": 0, "false_fm": 0}
     for i in np.flatnonzero(~cal):
-        inside = (xc <= x[i] + tol) & (xc >= x[i] - tol)
+        inside = np.abs(xc - x[i]) <= tol  # |Δ| <= tol on the difference, as windows are defined
         n, t = int(inside.sum()), int(yc[inside].sum())
         fm = (2 * t >= n) if n >= k else gmaj
         res["false_fm"] += fm != y[i]
@@ -411,7 +411,7 @@ def test_price_notes_read_the_pooled_rows_of_the_costs_table() -> None:
 
 
 def _brute_window_replay(rows: list[dict], split: list[dict], tolerance: dict, cfg: ReplayConfig) -> dict:
-    """Plain Python: per (model, seed) the outcome counts, a window being x − tol <= x_cal <= x + tol.
+    """Plain Python: per (model, seed) the outcome counts, a window being |x_cal − x| <= tol.
 
     ``tolerance`` maps (model, seed) to the width the engine reported (checked separately against a
     plain-Python mean or percentile), so a last-bit difference in the width cannot move a window edge.
@@ -426,7 +426,7 @@ def _brute_window_replay(rows: list[dict], split: list[dict], tolerance: dict, c
         res = {"n_calibration": len(cal), "n_test": len(test), "certified": 0, "false_cert": 0, "false_fm": 0,
                "false_gm": 0, "bounds": []}
         for x, y in test:
-            inside = [yc for xc, yc in cal if tol is not None and x - tol <= xc <= x + tol]
+            inside = [yc for xc, yc in cal if tol is not None and abs(xc - x) <= tol]
             n, t = len(inside), sum(inside)
             res["false_fm"] += ((2 * t >= n) if n >= cfg.min_support else gmaj) != y
             res["false_gm"] += gmaj != y
@@ -523,7 +523,7 @@ def _window_counts_brute(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal
             per_group[g] = (len(cal), sum(int(y[j]) for j in cal))
             for i in range(len(x)):
                 if model[i] == m and not is_cal[i, s]:
-                    inside = [j for j in cal if defined[g] and x[i] - tol[g] <= x[j] <= x[i] + tol[g]]
+                    inside = [j for j in cal if defined[g] and abs(x[j] - x[i]) <= tol[g]]
                     per_entry[(i, s)] = (g, bool(y[i]), len(inside), sum(int(y[j]) for j in inside))
     return per_entry, per_group
 
