@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from dcaudit.claims import quote_string
 from dcaudit.config import Settings
-from dcaudit.errors import DcauditError, RunLockedError
+from dcaudit.errors import DcauditError, RunLockedError, one_line
 from dcaudit.storage import (
     CATALOG_TABLES,
     OPTIONAL_VIEWS,
@@ -1009,8 +1009,7 @@ def _parse_time(value: object) -> datetime | None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+    return one_line(exc, 500)
 
 
 def _ident(name: str) -> str:

@@ -23,7 +23,7 @@ from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
-from dcaudit.errors import DcauditError, RunInterrupted, RunLockedError, SpecError
+from dcaudit.errors import DcauditError, RunInterrupted, RunLockedError, SpecError, one_line
 
 if TYPE_CHECKING:
     from dcaudit.pipelines.batch import Outcome
@@ -61,8 +61,7 @@ class _Group(click.Group):
         except Exception as exc:  # a bug or an environment failure: one line, and how to see more
             if os.environ.get("DCAUDIT_DEBUG"):
                 raise
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            click.secho(f"error: {type(exc).__name__}: {first} (internal error; DCAUDIT_DEBUG=1 shows the "
+            click.secho(f"error: {type(exc).__name__}: {one_line(exc)} (internal error; DCAUDIT_DEBUG=1 shows the "
                         "traceback)", fg="red", err=True)
             sys.exit(1)
 

@@ -91,10 +91,15 @@ def check_threads(text: str, where: str) -> int:
 def check_home(home: Path, where: str = "DCAUDIT_HOME") -> Path:
     if home.exists() and not home.is_dir():
         raise SpecError(f"{where} = {home} is a file; give a directory for the workspace")
-    blocked = next((p for p in home.parents if p.exists() and not p.is_dir()), None)
+    blocked = file_in_the_way(home)
     if blocked is not None:
         raise SpecError(f"{where} = {home}: {blocked} is a file, so the workspace cannot be made there")
     return home
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The first parent directory of ``path`` that exists as a file (no directory can be made under it)."""
+    return next((p for p in path.parents if p.exists() and not p.is_dir()), None)
 
 
 def _mirror(text: str) -> Path:

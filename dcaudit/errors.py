@@ -5,6 +5,13 @@ from __future__ import annotations
 from types import ModuleType
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message in one line (its first), or its type's name when it has none: what a
+    message quotes from a library (DuckDB, pyarrow, polars) or an internal error."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
 class DcauditError(Exception):
     """Base class: the CLI prints these without a traceback and exits with ``exit_code``."""
 

@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from dcaudit.claims import check_columns, quote_identifier, quote_string, value_kind
-from dcaudit.errors import ClaimError, InputError, SpecError
+from dcaudit.errors import ClaimError, InputError, SpecError, one_line
 from dcaudit.storage import sha256_file
 
 ROW = "__row"  # the 1-based data row of every registered input; the candidate id when there is no id column
@@ -182,7 +182,7 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
         try:
             frame = polars_frame.collect() if kind == "LazyFrame" else polars_frame
         except Exception as exc:  # noqa: BLE001 - the user's query failed: polars' own message, one line
-            raise InputError(f"the LazyFrame could not be collected: {_first_line(exc)}", file=what) from None
+            raise InputError(f"the LazyFrame could not be collected: {one_line(exc, 200)}", file=what) from None
         objects = [n for n, t in frame.schema.items() if str(t) == "Object"]
         if objects:  # Python objects: to_arrow would hand over their addresses
             raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
@@ -201,16 +201,12 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
                     "table, or a DuckDB relation")
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-
-
 def _converted(convert: Callable[[], pa.Table], what: str) -> pa.Table:
     """``convert()`` (a frame's or relation's export to Arrow), its failure an InputError in one line."""
     try:
         return convert()
     except Exception as exc:  # noqa: BLE001 - any library's conversion error: the user's data or handle
-        raise InputError(f"cannot read as an Arrow table: {_first_line(exc)}", file=what) from None
+        raise InputError(f"cannot read as an Arrow table: {one_line(exc, 200)}", file=what) from None
 
 
 def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> InputError:

@@ -348,6 +348,7 @@ def check_out_dir(target: Path, home: Path, option: str = "--out") -> None:
     """A SpecError for a package directory that would replace the workspace or what it keeps: the workspace
     itself, a directory around it, or a place inside its runs, records, tables, raw data or locks (``--force``
     would delete them first). Also for a path under a file."""
+    from dcaudit.config import file_in_the_way
     from dcaudit.errors import SpecError
 
     out, ws = target.expanduser().resolve(), home.expanduser().resolve()
@@ -358,7 +359,7 @@ def check_out_dir(target: Path, home: Path, option: str = "--out") -> None:
     if kept is not None:
         raise SpecError(f"{option} {target} lies in the workspace's {kept}, which dcaudit keeps for itself "
                         f"(DCAUDIT_HOME={home}): give a directory outside it")
-    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    blocked = file_in_the_way(out)
     if blocked is not None:
         raise SpecError(f"{option} {target}: {blocked} is a file, so no directory can be made under it")
 
@@ -367,12 +368,13 @@ def check_out_file(target: Path, home: Path, *, may_replace: Callable[[str], boo
     """A SpecError for a file to write (a report) that is a directory, lies under a file, or would overwrite
     a file of an evidence package (a directory with a manifest.json) or of the workspace; only names for
     which ``may_replace(name)`` holds (report.html, compare-*.html) may replace a file in a package."""
+    from dcaudit.config import file_in_the_way
     from dcaudit.errors import SpecError
 
     out, ws = target.expanduser().resolve(), home.expanduser().resolve()
     if out.is_dir():
         raise SpecError(f"{option} {target} is a directory; give a file name such as report.html")
-    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    blocked = file_in_the_way(out)
     if blocked is not None:
         raise SpecError(f"{option} {target}: {blocked} is a file, so no directory can be made under it")
     in_package = (out.parent / "manifest.json").is_file()

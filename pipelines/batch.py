@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from dcaudit.catalog import file_lock
 from dcaudit.config import Settings
-from dcaudit.errors import DcauditError, MissingSourceError, RunInterrupted, RunLockedError, WorkspaceError
+from dcaudit.errors import (
+    DcauditError,
+    MissingSourceError,
+    RunInterrupted,
+    RunLockedError,
+    WorkspaceError,
+    one_line,
+)
 
 if TYPE_CHECKING:
     from dcaudit.api import Result
@@ -60,9 +67,8 @@ def run_one(settings: Settings, name: str, *, force: bool = False, quiet: bool =
     except Exception as exc:  # a bug or an environment failure: the run is marked failed in the catalog
         if os.environ.get("DCAUDIT_DEBUG"):  # as for every other command: a traceback only when asked for
             traceback.print_exc(file=sys.stderr)
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return Outcome(name, "failed", 1, error=f"{type(exc).__name__}: {first} (internal error; DCAUDIT_DEBUG=1 "
-                                                "shows the traceback)")
+        return Outcome(name, "failed", 1, error=f"{type(exc).__name__}: {one_line(exc)} (internal error; "
+                                                "DCAUDIT_DEBUG=1 shows the traceback)")
     seconds = result.manifest.get("seconds") if result.reused_from is None else None
     return Outcome(name, "reused" if result.reused_from else "succeeded", 0, result.run_id,
                    str(result.package_dir), result.reused_from,
