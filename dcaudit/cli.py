@@ -370,14 +370,34 @@ def main() -> None:
         code = 0
     except SystemExit as exc:
         code = _exit_status(exc.code)
+    except KeyboardInterrupt:  # outside a command (click turns one during parsing into "Aborted!")
+        from dcaudit.launch import interrupted
+
+        interrupted()
+    try:
+        _finish(code)
+    except KeyboardInterrupt:  # while waiting for threads or running exit handlers: the work is done
+        from dcaudit.launch import interrupted
+
+        interrupted()
+
+
+def _finish(code: int) -> None:
+    """End the process with ``code`` once output is flushed (see :func:`main`)."""
     # joblib's process pools (loky: the vision and matbench models) shut down from interpreter teardown,
     # which the fast exit skips: the process would hang after a finished run. Those commands take seconds
     # to minutes, so they keep the normal exit.
     if os.environ.get("DCAUDIT_DEBUG") or any(m in sys.modules for m in ("joblib", "loky")):
         sys.exit(code)
     import atexit
+    import signal
     import threading
 
+    from dcaudit.launch import interrupted
+
+    # The command is done and its output written: Ctrl-C from here (a thread still finishing, an exit
+    # handler) ends the process at once as interrupted, not with "Exception ignored in atexit callback"
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted())
     for thread in threading.enumerate():  # as the interpreter does before atexit: wait for non-daemon threads
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()

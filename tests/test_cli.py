@@ -212,6 +212,38 @@ def test_console_script_exit_status_and_output(tmp_path: Path) -> None:
     assert helped.returncode == 0 and "--evidence" in helped.stdout and helped.stdout.endswith("\n")
 
 
+
+@pytest.mark.parametrize("where", ["import", "exit"])
+def test_an_interrupt_while_loading_or_exiting_is_one_line_and_status_130(tmp_path: Path, where: str) -> None:
+    """Ctrl-C while the console script imports the CLI (its first ~0.3 s), or after the command while the
+    process waits for threads and runs its exit handlers: the line "interrupted" and status 130, as during a
+    command, never a traceback. The interrupt is raised deterministically by the child itself."""
+    import subprocess
+    import sys
+
+    import dcaudit
+
+    env = {**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")}
+    env.pop("DCAUDIT_DEBUG", None)
+    if where == "import":  # the KeyboardInterrupt arrives while dcaudit.cli_tables is being imported
+        code = ("import sys, importlib.abc\n"
+                "class Stop(importlib.abc.MetaPathFinder):\n"
+                "    def find_spec(self, name, path=None, target=None):\n"
+                "        if name == 'dcaudit.cli_tables':\n"
+                "            raise KeyboardInterrupt\n"
+                "sys.meta_path.insert(0, Stop())\n"
+                "from dcaudit.launch import main\nsys.argv = ['dcaudit', '--version']\nmain()\n")
+    else:  # ... while the exit handlers run, after the command printed its output
+        code = ("import atexit, os, signal, sys, time\nfrom dcaudit.launch import main\n"
+                "def stop():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n"
+                "atexit.register(stop)\nsys.argv = ['dcaudit', '--version']\nmain()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "interrupted"
+    if where == "exit":
+        assert dcaudit.__version__ in out.stdout  # the command's own output came first
+
 # ---------------------------------------------------------------------------------------------------
 # What a failed or mistaken command must never do: lose what the user had, crash on a damaged package,
 # pass a CI gate it could not evaluate.
