@@ -48,6 +48,7 @@ from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import ENGINES, Engine, connect
 from dcaudit.errors import (
+    ClaimError,
     InputError,
     MissingSourceError,
     RunInterrupted,
@@ -456,11 +457,26 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
                         "sources": source_provenance(prepared),
                         "source_files": [s.manifest_entry() for s in prepared.sources]
                         if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
+    except ClaimError as exc:
+        hint = _text_id_hint(str(exc), spec, prepared)
+        if hint:
+            raise ClaimError(f"{exc}{hint}") from exc
+        raise
     finally:
         if ctx is not None:
             ctx.engine.close()
         con.close()  # now, not when garbage is collected: spill files go, and the CLI may end with os._exit
         con.close()
+
+
+def _text_id_hint(message: str, spec: PipelineSpec, prepared: PreparedSource | UserSource) -> str:
+    """Why a claim finds the id column to be text in a CSV (it is read as text there, see _context)."""
+    if not (isinstance(prepared, UserSource) and isinstance(prepared.data, str | Path)
+            and not str(prepared.data).lower().endswith(PARQUET_SUFFIXES)
+            and f"column {spec.id_column!r} (text)" in message):
+        return ""
+    return (f"; the id column {spec.id_column!r} of a CSV is read as text, so that ids keep their spelling "
+            "(007 stays 007): to claim on its value, copy it into a column of its own")
 
 
 def check_engine(engine: str) -> None:

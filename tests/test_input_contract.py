@@ -573,6 +573,21 @@ def test_csv_ids_keep_their_text(tmp_path: Path) -> None:
     assert result.summary["n_candidates"][0] == 3
 
 
+def test_a_claim_on_a_csv_id_column_says_why_the_ids_are_text(tmp_path: Path) -> None:
+    """The id column is text in a CSV, so a numeric claim on it cannot compare: the one-line error says why,
+    and how to claim on the value."""
+    f = write_csv(tmp_path / "ids.csv", "id,e,y\n1,0,1\n2,0,0\n3,1,1\n")
+    with pytest.raises(ClaimError) as err:
+        dcaudit.audit(f, id="id", evidence=["e"], claim="id > 2", report=False)
+    message = str(err.value)
+    assert "compares column 'id' (text)" in message
+    assert "the id column 'id' of a CSV is read as text" in message and "\n" not in message
+    with pytest.raises(ClaimError) as other:  # another text column: no word about ids
+        dcaudit.audit(write_csv(tmp_path / "t.csv", "id,e,y\n1,a,1\n2,b,0\n"), id="id", evidence=["y"],
+                      claim="e > 2", report=False)
+    assert "id column" not in str(other.value)
+
+
 def test_a_byte_order_mark_is_not_part_of_the_id_column_name(tmp_path: Path) -> None:
     """Spreadsheet exports start with a UTF-8 byte order mark: ``--id id`` still names the first column,
     which is read as text."""
