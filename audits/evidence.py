@@ -39,6 +39,21 @@ NAN_CODE_OFFSET, POS_INF_OFFSET, NEG_INF_OFFSET = 1, 2, 3
 _WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF = -(2**63) + 1, 2**63 - 1, -(2**63) + 2
 
 
+def nonfinite_codes(ev: EvidenceSQL) -> dict[str, tuple[int, int, int]]:
+    """Key column -> the codes :func:`bin_sql` gives NaN, +inf and -inf in a binned key part (fibers of their
+    own under ``missing = "as-value"``); empty for exact keys, whose values are the evidence itself."""
+    rule = ev.evidence.rule
+    if rule.kind == "width":
+        return dict.fromkeys(ev.key_columns, (_WIDTH_NAN, _WIDTH_POS_INF, _WIDTH_NEG_INF))
+    if rule.kind != "quantile":
+        return {}
+    out = {}
+    for column, key in zip(ev.evidence.columns, ev.key_columns, strict=True):
+        k = len(ev.cuts.get(column, []))
+        out[key] = (k + NAN_CODE_OFFSET, k + POS_INF_OFFSET, k + NEG_INF_OFFSET)
+    return out
+
+
 def _check_bins(k: int) -> None:
     if k > MAX_QUANTILE_BINS:
         raise SpecError(f"fiber rule quantile:{k} asks for more than {MAX_QUANTILE_BINS} bins; a fiber rule "

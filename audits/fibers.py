@@ -32,6 +32,7 @@ from dcaudit.audits.evidence import (
     EvidenceSQL,
     bin_sql,
     evidence_select,
+    nonfinite_codes,
 )
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import SpecError
@@ -72,12 +73,19 @@ def summary_columns_sql(n_excluded: str = "n_excluded") -> str:
             benchmark_only_errors / nullif(n_candidates, 0) AS benchmark_only_risk,
             CAST(median_fiber_size AS DOUBLE) AS median_fiber_size"""
 
-def readable_sql(key: str, duckdb_type: str) -> str:
+def readable_sql(key: str, duckdb_type: str, nonfinite: tuple[int, int, int] | None = None) -> str:
     """A key part as text, the same for the same value whatever the input's type: a float that is a whole
     number reads as one (``1``, not ``1.0``: pandas stores integer labels with gaps as floats), NULL as NA.
     Text (and lists, dates, …) that holds a comma, a double quote or a line break, or is the text ``NA``, is
     quoted as in CSV (``"x,y"``, ``"NA"``): the parts are joined by commas, and two fibers must never read
-    alike (``x,y`` + ``p`` against ``x`` + ``y,p``; the text NA against a missing value)."""
+    alike (``x,y`` + ``p`` against ``x`` + ``y,p``; the text NA against a missing value).
+
+    ``nonfinite``: a binned part's codes for NaN, +inf and -inf, which read ``nan``, ``inf``, ``-inf`` (as an
+    exact float key does), not as one more bin number."""
+    if nonfinite is not None:
+        nan, pos, neg = nonfinite
+        return (f"CASE {key} WHEN {nan} THEN 'nan' WHEN {pos} THEN 'inf' WHEN {neg} THEN '-inf' "
+                f"ELSE {readable_sql(key, duckdb_type)} END")
     kind = value_kind(duckdb_type)
     if kind == "float":
         return (f"coalesce(CASE WHEN {key} = floor({key}) AND abs({key}) < 1e15 THEN CAST(CAST({key} AS BIGINT) "
@@ -300,19 +308,23 @@ def _group_exact(con: duckdb.DuckDBPyConnection, ev_t: str, grp_t: str, ev: Evid
 
 def summarise_groups(con: duckdb.DuckDBPyConnection, groups: str, key_columns: tuple[str, ...], *,
                      evidence: EvidenceMap, claim: Claim, min_support: int, labels: AuditLabels,
-                     fibers_table: str, key_types: Mapping[str, str] | None = None) -> tuple[pa.Table, pa.Table]:
+                     fibers_table: str, key_types: Mapping[str, str] | None = None,
+                     nonfinite: Mapping[str, tuple[int, int, int]] | None = None) -> tuple[pa.Table, pa.Table]:
     """Summary and fibers tables from grouped evidence (key parts, audited, n, n_true, lo, hi).
 
     ``groups`` may come from DuckDB (:func:`group_evidence`) or from another engine (the Spark
     engine groups on a cluster and hands the few grouped rows over as Arrow); ``fibers_table`` is
     created as a temp table (fiber_key and status per key), left for the caller to join and drop.
-    ``key_types`` (DuckDB type per key column) saves asking for them when the caller knows them.
+    ``key_types`` (DuckDB type per key column) saves asking for them when the caller knows them;
+    ``nonfinite`` gives the binned key parts' codes of NaN and ±inf (:func:`readable_sql`).
     """
     keys = ", ".join(key_columns)
     types = (dict(key_types) if key_types and all(key_types.get(k) for k in key_columns) else
              dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {groups})").fetchall()))
     # concat_ws is one flat call: a chain of || would nest once per column (thousands of evidence columns)
-    key_str = "concat_ws(',', " + ", ".join(readable_sql(k, str(types.get(k, ""))) for k in key_columns) + ")"
+    codes = nonfinite or {}
+    key_str = "concat_ws(',', " + ", ".join(readable_sql(k, str(types.get(k, "")), codes.get(k))
+                                            for k in key_columns) + ")"
     fib_t = fibers_table
     grp_t = groups
     head = _head(labels, claim, evidence)
@@ -543,7 +555,7 @@ def audit_fibers(
     try:
         summary, fibers = summarise_groups(con, grp_t, ev.key_columns, evidence=evidence, claim=claim,
                                            min_support=min_support, labels=labels, fibers_table=fib_t,
-                                           key_types=key_types)
+                                           key_types=key_types, nonfinite=nonfinite_codes(ev))
         candidates = None
         if with_candidates:
             candidates = labelled_candidates(engine.candidates(ev, fib_t), labels, claim, evidence)

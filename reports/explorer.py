@@ -88,6 +88,8 @@ def evidence_text(columns: Sequence[str], key: str | None, rule: str | None, lo:
     """The fiber's evidence by name: ``NR-AhR = 1, others 0``, ``predicted = 3, clean_correct = true``, or
     a bin's observed range for quantile/width rules."""
     rule = rule or "exact"
+    if rule != "exact" and len(columns) <= 1 and key in ("nan", "inf", "-inf"):  # a fiber of its own (as-value)
+        return f"{columns[0] if columns else 'evidence'} = {key}"
     if rule != "exact" and (lo is not None or hi is not None):
         name = ", ".join(columns) or "evidence"
         bin_ = f" (bin {key})" if key is not None and len(columns) <= 1 else f" ({key})" if key else ""

@@ -140,6 +140,26 @@ def test_width_bins() -> None:
     assert sorted(f["n"] for f in fibers) == [1, 1, 1, 2]
 
 
+@pytest.mark.parametrize("rule", ["quantile:2", "width:0.5", "exact"])
+def test_nan_and_infinite_fibers_read_as_such_in_the_evidence_key(rule: str) -> None:
+    """Under missing = "as-value" NaN, +inf and -inf are fibers of their own. A binned rule keys them by
+    codes past its bins; their evidence_key reads nan / inf / -inf (as an exact key does), never as one more
+    bin number that a reader would take for a bin of finite values."""
+    xs = [0.1, 0.3, 0.5, 0.9, float("nan"), float("inf"), float("-inf"), None]
+    rows = [{"id": i, "x": x, "y": i % 2} for i, x in enumerate(xs)]
+    fibers = run(rows, ["x"], rule=rule, missing="as-value")["fibers"]
+    keys = {f["evidence_key"] for f in fibers}
+    assert {"nan", "inf", "-inf", "NA"} <= keys
+    assert all(f["n"] == 1 for f in fibers if f["evidence_key"] in ("nan", "inf", "-inf", "NA"))
+    finite = keys - {"nan", "inf", "-inf", "NA"}
+    if rule == "quantile:2":
+        assert finite == {"0", "1"}      # two bins, nothing else numbered
+    elif rule == "width:0.5":
+        assert finite == {"0", "1"}      # [0, 0.5) and [0.5, 1)
+    else:
+        assert finite == {"0.1", "0.3", "0.5", "0.9"}
+
+
 def test_errors_name_the_problem() -> None:
     rows = [{"id": 1, "e": 0, "y": 1}]
     with pytest.raises(ClaimError, match="available columns"):

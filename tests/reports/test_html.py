@@ -94,6 +94,9 @@ def test_evidence_reads_by_column_name() -> None:
     assert explorer.evidence_text(["predicted", "clean_correct"], "3,true", "exact", None, None) == \
         "predicted = 3, clean_correct = true"
     assert explorer.evidence_text(["e_form"], "4", "quantile:20", -1.25, -0.5) == "e_form in [-1.25, -0.5] (bin 4)"
+    # missing = "as-value": NaN and ±inf are fibers of their own, named as the value rather than a bin
+    assert explorer.evidence_text(["x"], "nan", "quantile:2", float("nan"), float("nan")) == "x = nan"
+    assert explorer.evidence_text(["x"], "-inf", "width:0.5", float("-inf"), float("-inf")) == "x = -inf"
     assert explorer.evidence_text(cols, "x,y", "exact", None, None) == "x,y"   # does not split: shown as it is
 
 
