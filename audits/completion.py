@@ -55,6 +55,7 @@ import pyarrow as pa
 from dcaudit import defaults, splits
 from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_rule
 from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal, value_kind
+from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
 from dcaudit.spec import AuditTask, check_keys, typed_fields
@@ -240,6 +241,8 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     try:
         con.execute(f"CREATE TEMP TABLE {t}ev AS {ev_sql}")
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
                          file=label_of(relation)) from None
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {t}ev)").fetchall())

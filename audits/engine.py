@@ -19,6 +19,7 @@ import pyarrow as pa
 from dcaudit.audits.evidence import quantile_cuts
 from dcaudit.audits.fibers import STATUS_ENUM, candidates_by_lookup, group_evidence
 from dcaudit.claims import DUCKDB
+from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError
 from dcaudit.inputs import duckdb_message
 
@@ -51,6 +52,8 @@ class DuckDBEngine:
         try:
             group_evidence(self.con, view, into, ev, ev.evidence, ev.relation, ev.claim)
         except duckdb.Error as exc:
+            if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+                raise
             raise InputError(f"cannot evaluate the claim {ev.claim.text!r} or the evidence: {duckdb_message(exc)}",
                              file=ev.label or ev.relation) from None
         finally:

@@ -36,6 +36,7 @@ from dcaudit import arrays
 from dcaudit.audits.evidence import EvidenceMap, evidence_select
 from dcaudit.audits.fibers import AuditLabels, FiberAudit
 from dcaudit.claims import Claim, check_columns, quote_identifier
+from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.spec import AuditTask
 from dcaudit.stage import StageContext
@@ -106,6 +107,8 @@ def audit_mixed_kinds(
                     ELSE 'label_noise' END AS mixed_kind
         FROM f ORDER BY fiber_key""").to_arrow_table()
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot evaluate the claim {claim.text!r}, the evidence or the identity column: {exc}",
                          file=relation) from exc
     finally:

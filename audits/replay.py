@@ -101,7 +101,7 @@ from dcaudit.audits.price import (
 )
 from dcaudit.audits.windows import window_bounds
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
-from dcaudit.engine import memory_limit_bytes
+from dcaudit.engine import machine_limit, memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
@@ -686,6 +686,8 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
             con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
         threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
                          file=ev.label or relation) from None
     finally:
@@ -729,6 +731,8 @@ def _fiber_split_counts_sql(con: duckdb.DuckDBPyConnection, relation: str, ev: A
     try:
         return con.execute(sql).fetchnumpy()
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence: {duckdb_message(exc)}",
                          file=ev.label or relation) from None
 
@@ -1207,6 +1211,8 @@ def window_replay(
         n_excluded = con.execute(f"SELECT count(*) FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) IS NOT TRUE "
                                  f"OR ({y_sql}) IS NULL").fetchall()[0][0]
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot evaluate the claim {claim.text!r} or the evidence column: {duckdb_message(exc)}",
                          file=label_of(relation)) from None
     n_rows = len(data["mi"])

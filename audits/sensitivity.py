@@ -32,6 +32,7 @@ from dcaudit.audits.evidence import EvidenceMap, FiberRule, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
 from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
+from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
 from dcaudit.spec import check_keys, coerce_field
@@ -164,6 +165,8 @@ def _model_rows(con: duckdb.DuckDBPyConnection, view: str, id_column: str, evide
             f"ORDER BY x, CAST({q(id_column)} AS VARCHAR)")
         data = cur.fetchnumpy()
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot read evidence {evidence!r} as numbers or evaluate {claim.text!r}: "
                          f"{duckdb_message(exc)}", file=label_of(view)) from None
     x = np.asarray(data["x"], dtype=float)

@@ -117,6 +117,14 @@ def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def machine_limit(exc: BaseException) -> bool:
+    """True for a DuckDB failure that comes from this machine's limits — memory beyond ``memory_limit``, or
+    a full disk under the spill directory — rather than from the data. Code that words a DuckDB error as
+    bad input re-raises these; the run words them (:func:`dcaudit.pipelines.runner.execute_run`)."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or (
+        isinstance(exc, duckdb.IOException) and "No space left on device" in str(exc))
+
+
 _BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "KiB": 2**10,
                "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
 

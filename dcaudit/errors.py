@@ -72,6 +72,10 @@ class WorkspaceError(DcauditError):
     exit_code = 1  # the run could not be carried out (recorded as failed where the disk still allowed it)
 
 
+class ResourceError(WorkspaceError):
+    """The run needed more than this machine allows: DuckDB's memory limit, or the disk its spill files go to."""
+
+
 class RunInterrupted(KeyboardInterrupt):  # noqa: N818 - a KeyboardInterrupt, so no `except Exception` swallows it
     """SIGTERM/SIGINT during a run: the run is already recorded as failed when this is raised."""
 

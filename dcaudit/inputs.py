@@ -34,6 +34,7 @@ import duckdb
 import pyarrow as pa
 
 from dcaudit.claims import check_columns, quote_identifier, quote_string, value_kind
+from dcaudit.engine import machine_limit
 from dcaudit.errors import ClaimError, InputError, SpecError, one_line
 from dcaudit.storage import sha256_file
 
@@ -300,6 +301,8 @@ def _create_view(con: duckdb.DuckDBPyConnection, view: str, select: str, label: 
     try:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
 
 
@@ -309,6 +312,8 @@ def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, *,
         described = con.execute(f"DESCRIBE {view}").fetchall()
         n = con.execute(f"SELECT count(*) FROM {view}").fetchall()[0][0]
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
     if n == 0:
         raise InputError("no data rows", file=label)
@@ -496,6 +501,8 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                             f"AND TRY_CAST(CAST({q} AS VARCHAR) AS DOUBLE) IS NULL{order} LIMIT 1").fetchall()
         n_values = con.execute(f"SELECT count({q}) FROM {relation}").fetchall()[0][0]
     except duckdb.Error as exc:
+        if machine_limit(exc):  # memory or spill disk, not the data: the run says so
+            raise
         raise InputError(f"cannot read column: {duckdb_message(exc)}", file=label, column=column) from None
     if not found:
         if n_values == 0:

@@ -46,11 +46,12 @@ from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
-from dcaudit.engine import ENGINES, Engine, connect
+from dcaudit.engine import ENGINES, Engine, connect, machine_limit
 from dcaudit.errors import (
     ClaimError,
     InputError,
     MissingSourceError,
+    ResourceError,
     RunInterrupted,
     RunLockedError,
     SpecError,
@@ -210,6 +211,18 @@ def workspace_error(exc: BaseException, settings: Settings, what: str) -> Worksp
                           "reading results (runs, query, report --out elsewhere) still works")
 
 
+def resource_error(exc: BaseException, settings: Settings, what: str) -> ResourceError | None:
+    """DuckDB out of memory, or its spill disk full, as one line (None for any other error)."""
+    if not machine_limit(exc):
+        return None
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return ResourceError(f"DuckDB ran out of memory within its memory limit {settings.memory_limit} (--memory-limit, "
+                             f"DCAUDIT_MEMORY_LIMIT or Settings(memory_limit=...)): {what}; raise the limit, or give fewer --threads (each "
+                             f"thread holds its own buffers) — beyond the limit DuckDB spills to {settings.temp_dir}")
+    return ResourceError(f"the disk of DuckDB's spill directory {settings.temp_dir} is full: {what}; free some space "
+                         "or raise --memory-limit so that less is spilled")
+
+
 class _Signals:
     """SIGTERM/SIGINT during a run: the run is recorded as failed at once, then RunInterrupted unwinds it
     (the partial package is removed on the way). Only the main thread can take signals; elsewhere a no-op."""
@@ -285,12 +298,12 @@ def execute_run(
                                spec_hash=spec_hash, inputs=inputs, compute=compute, out_dir=out_dir,
                                replace_existing=replace_existing, reuse=reuse, quiet=quiet, report=report,
                                engine=engine)
-    except OSError as exc:
+    except (OSError, duckdb.Error) as exc:  # a connector's normalisation runs DuckDB too
         what = {"locking": "the run did not start", "preparing": "the run did not start",
                 "running": f"run {run_id} failed and is recorded as failed"}.get(phase["now"], f"run {run_id}")
         if phase.get("unrecorded"):
             what = f"run {run_id} failed; its record could not be updated (the next run of {name!r} marks it failed)"
-        err = workspace_error(exc, settings, what)
+        err = workspace_error(exc, settings, what) or resource_error(exc, settings, what)
         if err is None:
             raise
         raise err from exc
@@ -457,6 +470,11 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
                         "sources": source_provenance(prepared),
                         "source_files": [s.manifest_entry() for s in prepared.sources]
                         if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
+    except duckdb.Error as exc:
+        err = resource_error(exc, settings, "the audit stopped")
+        if err is None:
+            raise
+        raise err from exc
     except ClaimError as exc:
         hint = _text_id_hint(str(exc), spec, prepared)
         if hint:

@@ -348,6 +348,29 @@ def test_full_disk_is_one_line_recorded_failed_and_loses_nothing(tmp_path: Path,
     assert not list((home / "runs" / ".partial").glob("*"))
 
 
+def test_duckdb_out_of_memory_is_one_line_about_the_limit_recorded_failed(tmp_path: Path, bench: Path) -> None:
+    """A memory limit too small for the work (DuckDB's OutOfMemoryException) stops the run with one line that
+    names the limit and what to change, exit 1, the run recorded failed — not an internal error, and not
+    "cannot evaluate the claim" as if the input were at fault. The Python API raises the same ResourceError."""
+    import dcaudit
+    from dcaudit.errors import ResourceError
+
+    home = tmp_path / "home"
+    spec = spec_file(bench)
+    earlier = run_json(home, "run", str(spec))
+    result = CliRunner().invoke(cli, ["--memory-limit", "1MB", "run", str(spec), "--force"], env=_env(home))
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    (error,) = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert "ran out of memory within its memory limit 1MB" in error and "--memory-limit" in error
+    assert "internal error" not in error and "cannot evaluate" not in error
+    rows = catalog_of(home).query("SELECT status FROM runs ORDER BY started_at").to_pylist()
+    assert [r["status"] for r in rows] == ["succeeded", "failed"]
+    assert verify_package(Path(earlier["package_dir"])) == []
+    with pytest.raises(ResourceError, match="ran out of memory"):
+        dcaudit.audit(bench, id="cid", evidence=["e1", "e2"], claim="y = 1",
+                      settings=Settings(tmp_path / "api", None, "1MB", 1, True))
+
+
 def _read_only(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     """Every write under ``home`` fails as on a read-only mount (portable: root ignores chmod)."""
     real = builtins.open
