@@ -449,9 +449,9 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
         from dcaudit.catalog import Catalog
 
         path = Catalog(_settings(settings)).run_dir(str(package))
-    damaged = verify_package(path)
+    damaged = verify_package(path, columns=True)
     if damaged:
-        raise SpecError(f"the package is damaged: {damaged[0]}")
+        raise SpecError(f"the package is damaged: {'; '.join(damaged)}")
     manifest = read_manifest(path)
     tables = {p.stem: read_table(p) for p in sorted(path.glob("*.parquet"))}
     return _result(tables, notes=manifest.get("notes", ()), run_id=manifest.get("run_id"), package_dir=path,

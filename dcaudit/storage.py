@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dcaudit.errors import one_line
+
 if TYPE_CHECKING:
     from dcaudit.arrays import Kind
 
@@ -438,13 +440,64 @@ def read_manifest(run_dir: Path) -> dict:
     return manifest
 
 
+# What readers of a package (load and its summary line, report, compare) rely on in each table, whatever
+# wrote it; every other declared column is there only for some audits, and the reports show what is present.
+REQUIRED_COLUMNS = {
+    "summary": ("n_candidates", "n_fibers", "n_mixed_fibers", "certified_fraction", "ambiguous_fraction",
+                "unsupported_fraction"),
+    "fibers": ("n", "n_true"),
+    "candidates": ("candidate_id",),
+}
+
+
+def _fits(actual: pa.DataType, declared: str) -> bool:
+    """A column's Parquet type serves its declared type (as DuckDB and polars read it back)."""
+    if pa.types.is_dictionary(actual):
+        actual = actual.value_type
+    if declared == "VARCHAR":
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_null(actual)
+    if declared == "BIGINT":
+        return pa.types.is_integer(actual) or pa.types.is_null(actual)
+    if declared == "DOUBLE":
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual) or pa.types.is_null(actual)
+    if declared == "BOOLEAN":
+        return pa.types.is_boolean(actual) or pa.types.is_null(actual)
+    if declared == "DOUBLE[]":
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _fits(actual.value_type, "DOUBLE")
+    return True
+
+
+def schema_problems(run_dir: Path) -> list[str]:
+    """The package tables that lack a column their readers need (:data:`REQUIRED_COLUMNS`) or hold a declared
+    column of another type (text where a count belongs): one line per table. A package dcaudit wrote has
+    none; one whose files and manifest another tool rewrote may."""
+    problems = []
+    for path in sorted(Path(run_dir).glob("*.parquet")):
+        declared = TABLE_SCHEMAS.get(path.stem)
+        if declared is None:
+            continue
+        try:
+            schema = pq.read_schema(path)
+        except Exception as exc:  # noqa: BLE001 - any reader error: the file cannot be used
+            problems.append(f"{path}: not readable as Parquet ({one_line(exc)})")
+            continue
+        missing = [c for c in REQUIRED_COLUMNS.get(path.stem, ()) if c not in schema.names]
+        wrong = [f"{f.name!r} is {f.type}, not {declared[f.name]}" for f in schema
+                 if f.name in declared and not _fits(f.type, declared[f.name])]
+        if missing or wrong:
+            parts = ([f"lacks column(s) {', '.join(map(repr, missing))}"] if missing else []) + wrong
+            problems.append(f"{path}: {'; '.join(parts)} (not as dcaudit writes it)")
+    return problems
+
+
 def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None] | None = None,
-                   remember: Callable[[Path, str, bool], None] | None = None) -> list[str]:
+                   remember: Callable[[Path, str, bool], None] | None = None, columns: bool = False) -> list[str]:
     """Problems with a package on disk, one line per bad file (empty when it is intact).
 
     A file is bad when it is missing, differs from the sha256 the manifest recorded, or (for packages
     written before hashes were recorded) does not read as Parquet. ``hash_ok(path, sha256)`` may answer
     from a cache (None: unknown, hash it); ``remember(path, sha256, ok)`` is told each verdict.
+    ``columns``: also the tables' columns (:func:`schema_problems`), for a reader about to use them.
     """
     run_dir = Path(run_dir)
     try:  # one listing of the directory instead of a stat per file (the catalog verifies every package)
@@ -476,4 +529,6 @@ def verify_package(run_dir: Path, *, hash_ok: Callable[[Path, str], bool | None]
             pq.read_metadata(path)
         except Exception as exc:  # any reader error means the file cannot be trusted
             problems.append(f"{path}: not readable as Parquet ({exc})")
+    if columns and not problems:
+        problems += schema_problems(run_dir)
     return problems

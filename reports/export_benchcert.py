@@ -64,7 +64,7 @@ def _write_atomic(path: Path, write: Any) -> None:
 def export_benchcert(run_dir: Path | str, out_dir: Path | str) -> list[Path]:
     """Write BenchCert's four files for the package at ``run_dir`` into ``out_dir``; returns their paths."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    problems = verify_package(run_dir)
+    problems = verify_package(run_dir, columns=True)
     if problems:
         raise InputError("the evidence package cannot be exported: " + "; ".join(problems), file=str(run_dir))
     if not (run_dir / "summary.parquet").exists() or not (run_dir / "fibers.parquet").exists():

@@ -65,7 +65,7 @@ class Package:
                 self.con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM "_arrow_{name}"')
             return
         self.dir = Path(run_dir)
-        problems = verify_package(self.dir)
+        problems = verify_package(self.dir, columns=True)
         if problems:
             raise IntegrityError("the evidence package is damaged:\n  " + "\n  ".join(problems)
                                  + "\nre-run its spec to produce a fresh package")

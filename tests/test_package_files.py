@@ -75,3 +75,46 @@ def test_a_derived_table_whose_bytes_changed_is_not_reused(tmp_path: Path) -> No
     assert not cached_table(path, "k", "v1")
     (tmp_path / ".copy.parquet.sha256").unlink()  # a table without the note is derived again
     assert not cached_table(moved, "k", "v1")
+
+
+def test_a_package_rewritten_with_other_columns_is_refused_in_one_message(tmp_path: Path) -> None:
+    """Files and manifest rewritten by another tool (hashes updated, so nothing looks damaged) with a count
+    column gone and a count stored as text: load, report and compare name each table and column at once
+    (exit 2 on the CLI), instead of failing inside a view with a KeyError or a type error."""
+    import hashlib
+    import json
+
+    import pytest
+    from click.testing import CliRunner
+
+    import dcaudit
+    from dcaudit.cli import cli
+    from dcaudit.errors import SpecError
+    from dcaudit.storage import schema_problems
+
+    csv = tmp_path / "t.csv"
+    csv.write_text("id,e,y\n1,0,1\n2,0,0\n3,1,1\n4,1,1\n")
+    package = tmp_path / "pkg"
+    dcaudit.audit(csv, id="id", evidence=["e"], claim="y = 1", out=package, report=False)
+    assert schema_problems(package) == []   # as dcaudit writes it
+    summary = pq.read_table(package / "summary.parquet").drop_columns(["n_fibers"])  # which the summary line reads
+    pq.write_table(summary, package / "summary.parquet")
+    fibers = pq.read_table(package / "fibers.parquet")
+    fibers = fibers.set_column(fibers.column_names.index("n"), "n", fibers["n"].cast(pa.string()))
+    pq.write_table(fibers, package / "fibers.parquet")
+    manifest = json.loads((package / "manifest.json").read_text())
+    for name in ("summary.parquet", "fibers.parquet"):
+        manifest["files"][name] = hashlib.sha256((package / name).read_bytes()).hexdigest()
+    (package / "manifest.json").write_text(json.dumps(manifest))
+
+    problems = schema_problems(package)
+    assert len(problems) == 2
+    assert "fibers.parquet: 'n' is string, not BIGINT" in problems[0]
+    assert "summary.parquet: lacks column(s) 'n_fibers'" in problems[1]
+    with pytest.raises(SpecError, match="lacks column"):
+        dcaudit.load(package)
+    result = CliRunner().invoke(cli, ["report", str(package), "--out", str(tmp_path / "r.html")],
+                                env={"DCAUDIT_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "'n' is string, not BIGINT" in result.output and "'n_fibers'" in result.output
+    assert not (tmp_path / "r.html").exists()
