@@ -18,14 +18,16 @@ for each rule's chosen model, the mean ``certified_fraction`` and ``false_rate_c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 import pyarrow as pa
 
 from dcaudit.audits.fibers import AuditLabels
-from dcaudit.audits.replay import ReplayConfig, WindowSpec, parse_section, replay_windows
+from dcaudit.audits.replay import ReplayConfig, ReplaySection, WindowSpec, parse_section, replay_windows
 from dcaudit.claims import Claim, check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
-from dcaudit.spec import check_keys
+from dcaudit.spec import AuditTask, PipelineSpec, check_keys, coerce_field
 from dcaudit.stage import StageContext, StageTables
 
 METRICS = {"mae": "avg(abs({x} - {r}))", "rmse": "sqrt(avg(({x} - {r}) ^ 2))"}
@@ -136,32 +138,61 @@ def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: st
 _SECTION_KEYS = {"audit", "metric", "reference", "model_column"}
 
 
-def choice_stage(ctx: StageContext) -> StageTables:
-    """``[choice]``: model choice on the splits, tolerance and support of the spec's ``[replay]`` section.
+@dataclass(frozen=True)
+class ChoiceSection:
+    """``[choice]`` validated against its spec: the audit, the [replay] it shares splits with, the columns."""
+
+    task: AuditTask
+    replay: ReplaySection
+    window: WindowSpec
+    model_column: str
+    metric: str
+
+
+def parse_choice(raw: object, spec: PipelineSpec) -> ChoiceSection:
+    """Validate ``[choice]`` (when the spec loads, and again when the stage runs).
 
     Keys: ``audit`` (default: the first audit named in [replay]), ``metric`` (``mae`` | ``rmse``),
-    ``reference`` and ``model_column`` (default: those of [replay]).
-    """
-    raw = ctx.spec.sections.get("choice") or {}
+    ``reference`` and ``model_column`` (default: those of [replay]). The audit must have one evidence column:
+    the prediction whose error windows are certified."""
+    if not isinstance(raw, dict):
+        raise SpecError("[choice] must be a table of settings")
     check_keys(raw, _SECTION_KEYS, "[choice]")
-    if "replay" not in ctx.spec.sections:
+    if "replay" not in spec.sections:
         raise SpecError("[choice] replays each model on the [replay] section's splits; add a [replay] section "
                         "with tolerance, reference and model_column")
-    replay = parse_section(ctx.spec.sections["replay"])
+    replay = parse_section(spec.sections["replay"])
     if replay.tolerance is None:
         raise SpecError("[choice] compares models by error-window certification; [replay] needs a tolerance")
-    tasks = {t.audit_id: t for t in ctx.spec.audits}
-    audit_id = raw.get("audit") or (replay.audits[0] if replay.audits else ctx.spec.audits[0].audit_id)
+    tasks = {t.audit_id: t for t in spec.audits}
+    audit_id = coerce_field(raw, "audit", str, "[choice]") or (replay.audits[0] if replay.audits
+                                                                 else spec.audits[0].audit_id)
     if audit_id not in tasks:
         raise SpecError(f"[choice] audit = {audit_id!r}: no such audit; the spec has {sorted(tasks)}")
     task = tasks[audit_id]
-    model_column = raw.get("model_column") or replay.model_column or task.per
+    if len(task.evidence.columns) != 1:  # the windows are on one prediction column
+        raise SpecError(f"[choice] compares models by the error windows of one prediction column; audit "
+                        f"{audit_id!r} has {len(task.evidence.columns)} evidence columns")
+    metric = coerce_field(raw, "metric", str, "[choice]") or "mae"
+    if metric not in METRICS:
+        raise SpecError(f"[choice] metric {metric!r}: use one of {', '.join(METRICS)}")
+    model_column = coerce_field(raw, "model_column", str, "[choice]") or replay.model_column or task.per
     if not model_column:
         raise SpecError("[choice] needs model_column (or a per-model audit)")
-    reference = raw.get("reference") or replay.reference
-    window = WindowSpec(task.evidence.columns[0], replay.tolerance, reference)
-    choice, metrics = model_choice(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column, window=window,
-                                   claim=task.claim, config=replay.config,
-                                   labels=AuditLabels(ctx.source, audit_id), model_column=model_column,
-                                   metric=str(raw.get("metric", "mae")))
+    reference = coerce_field(raw, "reference", str, "[choice]") or replay.reference
+    if reference is None:
+        raise SpecError("[choice] needs the reference column the benchmark metric compares predictions with")
+    return ChoiceSection(task, replay, WindowSpec(task.evidence.columns[0], replay.tolerance, reference),
+                         model_column, metric)
+
+
+def choice_stage(ctx: StageContext) -> StageTables:
+    """``[choice]``: model choice on the splits, tolerance and support of the spec's ``[replay]`` section
+    (:func:`parse_choice`)."""
+    section = parse_choice(ctx.spec.sections.get("choice") or {}, ctx.spec)
+    task = section.task
+    choice, metrics = model_choice(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column,
+                                   window=section.window, claim=task.claim, config=section.replay.config,
+                                   labels=AuditLabels(ctx.source, task.audit_id), model_column=section.model_column,
+                                   metric=section.metric)
     return {"choice": [choice], "metrics": [metrics]}

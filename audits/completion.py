@@ -58,7 +58,7 @@ from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal, value
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import duckdb_message, label_of
-from dcaudit.spec import AuditTask, check_keys, typed_fields
+from dcaudit.spec import AuditTask, check_keys, coerce_field, name_list, typed_fields
 from dcaudit.stage import StageContext, StageTables
 
 POLICIES = defaults.COMPLETION_POLICIES
@@ -129,8 +129,7 @@ class CompletionConfig:
             raise SpecError("completion: at most 62 probes (probe sets are kept as 64-bit masks)")
         if not 1 <= self.seeds <= defaults.MAX_SEEDS:
             raise SpecError(f"completion: seeds must be from 1 to {defaults.MAX_SEEDS}, got {self.seeds}")
-        if not 0.0 < self.calibration_fraction < 1.0:
-            raise SpecError(f"completion: calibration_fraction must be in (0, 1), got {self.calibration_fraction}")
+        splits.check_calibration_fraction(self.calibration_fraction, "completion")
         if self.min_support < 1:
             raise SpecError(f"completion: min_support must be >= 1, got {self.min_support}")
         unknown = [p for p in self.policies if p not in ALL_POLICIES]
@@ -158,8 +157,8 @@ class CompletionConfig:
                                                                 and c < float("inf"))]
         if bad:
             raise SpecError(f"completion: a probe's cost must be a positive number; got {', '.join(bad)}")
-        if self.budget is not None and not (self.budget >= 0 and self.budget < float("inf")):
-            raise SpecError(f"completion: budget must be a non-negative number, got {self.budget!r}")
+        if self.budget is not None and not (self.budget > 0 and self.budget < float("inf")):
+            raise SpecError(f"completion: budget must be a positive number (as --budget), got {self.budget!r}")
 
     def cost_of(self, probe: str) -> float:
         return float(dict(self.costs).get(probe, 1.0))
@@ -661,31 +660,24 @@ def parse_costs(value: object, origin: str = "[completion] costs") -> tuple[tupl
     """``{probe = price, …}`` (a TOML inline table) or "probe=price,probe=price" (the CLI) -> (probe, price) pairs."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        pairs = []
+    if isinstance(value, str):  # the CLI's text: each price is read as a number here
+        out: list[tuple[str, float]] = []
         for part in (p.strip() for p in value.split(",") if p.strip()):
             probe, sep, price = part.rpartition("=")
-            if not sep or not probe.strip():
+            probe = probe.strip().strip('"')
+            if not sep or not probe:
                 raise SpecError(f"{origin}: {part!r} is not probe=price")
-            pairs.append((probe.strip().strip('"'), price))
-        value = dict(pairs)
+            if probe in dict(out):  # the first price would be dropped without a word
+                raise SpecError(f"{origin}: {probe!r} has two prices; give each probe one")
+            try:
+                out.append((probe, float(price)))
+            except ValueError:
+                raise SpecError(f"{origin}: the price of {probe!r} must be a number, got {price.strip()!r}") from None
+        return tuple(out)
     if not isinstance(value, dict):
         raise SpecError(f"{origin} must map probe names to prices, e.g. {{ \"SR-MMP\" = 2.0 }}")
-    out = []
-    for probe, price in value.items():
-        try:
-            out.append((str(probe), float(price)))
-        except (TypeError, ValueError):
-            raise SpecError(f"{origin}: the price of {probe!r} must be a number, got {price!r}") from None
-    return tuple(out)
-
-
-def _as_list(value: object, key: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise SpecError(f"[completion] {key} must be a list of names or a comma-separated string")
-    return tuple(value)
+    # a spec's values are typed: true or "2" is no price (as seeds = true is no number of seeds)
+    return tuple((str(probe), coerce_field(value, probe, float, origin, what="the price of ")) for probe in value)
 
 
 @dataclass(frozen=True)
@@ -718,7 +710,7 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
         raise SpecError("[completion] needs probes = [\"column\", …]")
     evidence = task.evidence
     if "evidence" in section or "fiber_rule" in section:
-        cols = _as_list(section["evidence"], "evidence") if "evidence" in section else evidence.columns
+        cols = name_list(section["evidence"], "[completion] evidence") if "evidence" in section else evidence.columns
         rule = parse_fiber_rule(section["fiber_rule"]) if "fiber_rule" in section else evidence.rule
         evidence = EvidenceMap(cols, rule, "drop")
     claim = parse_claim(section["claim"]) if "claim" in section else task.claim
@@ -726,11 +718,18 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
     if section.get("budget") is not None and not costs:  # a budget without prices would be silently ignored
         raise SpecError("[completion] budget needs costs (a price per probe) to spend it on")
     default = list(DEFAULT_POLICIES) + (["cost_gain"] if costs else [])
-    policies = _as_list(section.get("policies", default), "policies")
+    policies = name_list(section.get("policies", default), "[completion] policies")
+    # options that only act with a policy that is not run would be silently ignored
+    if "random_draws" in section and "random" not in policies:
+        raise SpecError("[completion] random_draws is the number of random probe orders of the random policy, which "
+                        f"is not among the policies ({', '.join(policies)}): add it, or leave random_draws out")
+    if "tie_break" in section and not any(p in _FIBER_SCORED for p in policies):
+        raise SpecError(f"[completion] tie_break orders the probes that {', '.join(_FIBER_SCORED)} score alike; none "
+                        f"of them is among the policies ({', '.join(policies)}): leave tie_break out")
     # each scalar as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
     scalars = {k: v for k, v in section.items() if k not in ("probes", "policies", "costs")}
     values = {"min_support": task.min_support, **typed_fields(CompletionConfig, scalars, "[completion]")}
-    config = CompletionConfig(probes=_as_list(section["probes"], "probes"), policies=policies, costs=costs, **values)
+    config = CompletionConfig(probes=name_list(section["probes"], "[completion] probes"), policies=policies, costs=costs, **values)
     return CompletionSection(task, evidence, claim, config, section.get("table", task.table))
 
 

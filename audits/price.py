@@ -319,8 +319,10 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     mean_cost = s_cost["mean"]  # (policy, price, model)
     envelope = np.where(np.isnan(mean_cost), np.inf, mean_cost).min(axis=0)
     envelope = np.where(np.isfinite(envelope), envelope, np.nan)
-    winner = np.argmin(np.where(np.isnan(mean_cost), np.inf, mean_cost), axis=0)  # (price, model)
-    cheapest = winner[None, :, :] == np.arange(n_pol)[:, None, None]
+    # every policy that attains the envelope is cheapest: a tie (the two price-aware variants often cost the
+    # same) is not won by whichever is listed first; equal up to the last bits of the float sums
+    with np.errstate(invalid="ignore"):
+        cheapest = np.isfinite(mean_cost) & np.isclose(mean_cost, envelope[None, :, :], rtol=1e-12, atol=0.0)
     band_low = np.where(cheapest, p[None, :, None], np.inf).min(axis=1)  # (policy, model)
     band_high = np.where(cheapest, p[None, :, None], -np.inf).max(axis=1)
     base_idx = np.array([COST_POLICIES.index(b) for b in BASELINES])

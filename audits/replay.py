@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -105,8 +104,8 @@ from dcaudit.engine import machine_limit, memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
-from dcaudit.spec import check_keys, typed_fields
-from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, split_sql, split_threshold
+from dcaudit.spec import check_keys, coerce_field, name_list, typed_fields
+from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, check_calibration_fraction, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
 
 if TYPE_CHECKING:
@@ -115,6 +114,7 @@ if TYPE_CHECKING:
 
 POLICIES = defaults.REPLAY_POLICIES
 PRICE_GRID = defaults.PRICE_GRID
+MAX_PRICE = defaults.MAX_PRICE
 Mode = Literal["exact", "calibrated", "familywise"]
 MODES: tuple[Mode, ...] = defaults.REPLAY_MODES
 MAX_SEEDS = defaults.MAX_SEEDS  # beyond this the per-seed tables outgrow any machine (check_seeds_fit is the real bound)
@@ -139,8 +139,7 @@ class ReplayConfig:
             raise SpecError(f"replay: seeds must be from 1 to {MAX_SEEDS}, got {self.seeds}")
         if abs(self.seed_offset) > defaults.MAX_SEED_OFFSET:  # seeds are BIGINT in DuckDB and the package
             raise SpecError(f"replay: seed_offset must lie within ±{defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
-        if not 0.0 < self.calibration_fraction < 1.0:
-            raise SpecError(f"replay: calibration_fraction must lie in (0, 1), got {self.calibration_fraction}")
+        check_calibration_fraction(self.calibration_fraction, "replay")
         if self.min_support < 1:
             raise SpecError(f"replay: min_support must be >= 1, got {self.min_support}")
         if self.mode not in MODES:
@@ -149,8 +148,11 @@ class ReplayConfig:
             raise SpecError(f"replay: epsilon must lie in (0, 0.5), got {self.epsilon}")
         if not 0.0 < self.delta < 1.0:
             raise SpecError(f"replay: delta must lie in (0, 1), got {self.delta}")
-        if not self.prices or any(not (p >= 0 and math.isfinite(p)) for p in self.prices):
-            raise SpecError(f"replay: prices must be a non-empty list of non-negative numbers, got {self.prices}")
+        if not self.prices or any(not (0 <= p <= MAX_PRICE) for p in self.prices):
+            raise SpecError(f"replay: prices must be a non-empty list of numbers from 0 to {MAX_PRICE:g} (a price "
+                            f"in false decisions per measurement), got {self.prices}")
+        if len(set(self.prices)) < len(self.prices):  # every costs row would be written twice
+            raise SpecError(f"replay: prices {self.prices} name a price more than once")
 
     @property
     def threshold(self) -> int:
@@ -1281,9 +1283,9 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
     # each value as its field's type: 2.5 seeds or seeds = true is an error, not 2 or 1 seeds
     values = {"min_support": default_min_support(windowed=windowed), **typed_fields(ReplayConfig, raw, origin)}
     cfg = ReplayConfig(**values)  # typed_fields checked each value's type
-    audits = raw.get("audits")
-    if isinstance(audits, str):
-        audits = [audits]
+    audits = name_list(raw["audits"], f"{origin} audits") if "audits" in raw else None
+    reference = coerce_field(raw, "reference", str, origin)
+    model_column = coerce_field(raw, "model_column", str, origin)
     compare = raw.get("compare_modes", [])
     compare = [compare] if isinstance(compare, str) else list(compare)
     bad = [m for m in compare if m not in MODES]
@@ -1295,15 +1297,23 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
         raise SpecError(f"{origin}: {' and '.join(tuned)} only act in the calibrated and family-wise modes; give "
                         "the mode (--mode calibrated, mode = \"calibrated\" or compare_modes) too, or leave "
                         f"{'it' if len(tuned) == 1 else 'them'} out")
-    if raw.get("reference") is not None and not windowed:
+    if reference is not None and not windowed:
         raise SpecError(f"{origin}: reference is what a tolerance window's errors are measured against; give "
                         "tolerance (a width, \"mae\" or \"q80\") too, or leave it out")
+    if model_column is not None and not windowed:
+        raise SpecError(f"{origin}: model_column groups the windows of a tolerance-window replay per model; a fiber "
+                        "replay does not read it (audit per model with per = \"<column>\"), so give tolerance too "
+                        "or leave it out")
+    tolerance = parse_tolerance(raw["tolerance"]) if windowed else None
+    if tolerance is not None and tolerance.kind == "fixed" and reference is not None:
+        raise SpecError(f"{origin}: tolerance {raw['tolerance']!r} is a fixed width, which no reference changes; "
+                        "reference is for tolerance = \"mae\" or a quantile such as \"q80\" (leave it out)")
     return ReplaySection(
         config=cfg,
-        audits=tuple(str(a) for a in audits) if audits is not None else None,
-        tolerance=parse_tolerance(raw["tolerance"]) if windowed else None,
-        reference=raw.get("reference"),
-        model_column=raw.get("model_column"),
+        audits=audits,
+        tolerance=tolerance,
+        reference=reference,
+        model_column=model_column,
         compare_modes=cast(tuple[Mode, ...], tuple(dict.fromkeys(str(m) for m in compare))),  # checked above
     )
 

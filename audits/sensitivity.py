@@ -35,7 +35,7 @@ from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
-from dcaudit.spec import check_keys, coerce_field
+from dcaudit.spec import check_keys, coerce_field, name_list
 from dcaudit.stage import StageContext, StageTables
 
 DEFAULT_RULES = defaults.SENSITIVITY_RULES
@@ -244,13 +244,26 @@ def section_options(raw: Mapping[str, Any]) -> SectionOptions:
     """The section's rules, tolerances, reference and min_support; one rule or tolerance given alone is a
     list of one (a string would be read letter by letter), a min_support of 2.5 is an error, and so is a
     section with nothing to compare."""
-    reference = raw.get("reference")
+    reference = coerce_field(raw, "reference", str, "[sensitivity]")
     tolerances = raw.get("tolerances", ["mae", "q80"] if reference else [])
     tolerances = [tolerances] if isinstance(tolerances, str | int | float) else list(tolerances)
-    rules = raw.get("rules", DEFAULT_RULES)
-    rules = [rules] if isinstance(rules, str) else list(rules)
-    if not rules and not tolerances:
-        raise SpecError("[sensitivity] rules is empty and there are no tolerances: nothing to compare")
+    if "tolerances" in raw and not isinstance(raw["tolerances"], str | int | float) and not tolerances:
+        raise SpecError("[sensitivity] tolerances is empty: name at least one, or leave it out for the default")
+    if len(set(map(str, tolerances))) < len(tolerances):
+        raise SpecError(f"[sensitivity] tolerances {tolerances} name one more than once")
+    if "rules" not in raw:
+        rules: tuple[str, ...] = DEFAULT_RULES
+    elif raw["rules"] == [] and tolerances:  # tolerance windows only
+        rules = ()
+    else:
+        rules = name_list(raw["rules"], "[sensitivity] rules")
+    if tolerances and not reference and any(str(t).strip().lower() == "mae" or str(t).strip().lower().startswith("q")
+                                            for t in tolerances):
+        raise SpecError("[sensitivity] tolerances mae and qNN are measured against a reference column; give "
+                        "reference too")
+    if reference and not tolerances:
+        raise SpecError("[sensitivity] reference is what tolerance windows' errors are measured against; give "
+                        "tolerances (e.g. [\"mae\", \"q80\"]) too, or leave it out")
     return SectionOptions(tuple(rules), tuple(tolerances), reference,
                           coerce_field(raw, "min_support", int, "[sensitivity]"))
 
@@ -261,8 +274,7 @@ def sensitivity_stage(ctx: StageContext) -> StageTables:
         raise SpecError("[sensitivity] must be a table of settings")
     check_keys(raw, _SECTION_KEYS, "[sensitivity]")
     tasks = {t.audit_id: t for t in ctx.spec.audits}
-    chosen = raw.get("audits", list(tasks))
-    chosen = [chosen] if isinstance(chosen, str) else list(chosen)
+    chosen = name_list(raw["audits"], "[sensitivity] audits") if "audits" in raw else tuple(tasks)
     missing = [a for a in chosen if a not in tasks]
     if missing:
         raise SpecError(f"[sensitivity] audits {missing} are not audits of spec {ctx.spec.name!r}")
@@ -278,5 +290,6 @@ def sensitivity_stage(ctx: StageContext) -> StageTables:
             ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column, evidence=task.evidence.columns[0],
             claim=task.claim, rules=rules, tolerances=tolerances, reference=reference,
             min_support=task.min_support if support is None else support,
-            labels=AuditLabels(ctx.source, audit_id), model_column=raw.get("model_column")))
+            labels=AuditLabels(ctx.source, audit_id),
+            model_column=coerce_field(raw, "model_column", str, "[sensitivity]")))
     return {"sensitivity": out}

@@ -202,7 +202,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
                           **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                    min_support=min_support, random_draws=random_draws, refinement=refinement,
                                    tie_break=tie_break, costs=costs, budget=budget,
-                                   policies=policies.split(",") if policies else None))
+                                   policies=policies.split(",") if policies is not None else None))
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         print_completion(result.arrow("completion"), seeds or defaults.COMPLETION_SEEDS)
@@ -236,8 +236,8 @@ def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim
     sensitivity_table = api.console_views().sensitivity_table
 
     result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
-                             rules=rules.split(",") if rules else None,
-                             tolerances=tolerances.split(",") if tolerances else None, reference=reference,
+                             rules=rules.split(",") if rules is not None else None,
+                             tolerances=tolerances.split(",") if tolerances is not None else None, reference=reference,
                              min_support=min_support, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
                              record=True, out=out, force=force, quiet=quiet or as_json)
     _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)

@@ -37,6 +37,7 @@ DELTA = 0.05
 MIN_SUPPORT_FIBERS = 50       # calibration members a fiber needs to certify (the paper's Tox21 replay)
 MIN_SUPPORT_WINDOWS = 5       # calibration neighbours a tolerance window needs (the paper's JARVIS replay)
 PRICE_GRID = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5)  # price of a measurement per false decision
+MAX_PRICE = 1e6  # larger prices are a typo (and their squares overflow the cost intervals)
 
 # Completion curves
 REFINEMENTS: Final = ("mixed", "full")

@@ -157,6 +157,22 @@ def coerce_field(raw: Mapping[str, object], key: str, tp: object, where: str, *,
         raise SpecError(f"{where}: {what}{key} must be {describe_type(tp)}, got {raw[key]!r}") from None
 
 
+def name_list(value: object, where: str) -> tuple[str, ...]:
+    """Names given as a list of strings or as one comma-separated string (``audits = ["a", "b"]``,
+    ``rules = "knn:5,window:0.1"``), in order. Anything else, an empty list or a name given twice is a
+    SpecError naming ``where``: an empty list would silently mean "none" or "the default", a repeat would
+    write the same rows twice."""
+    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise SpecError(f"{where} must be a list of names or one comma-separated string, got {value!r}")
+    if not items:
+        raise SpecError(f"{where} is empty: name at least one, or leave it out for the default")
+    repeated = sorted({v for v in items if items.count(v) > 1})
+    if repeated:
+        raise SpecError(f"{where} names {', '.join(map(repr, repeated))} more than once")
+    return tuple(items)
+
+
 MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count
 
 

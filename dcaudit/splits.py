@@ -32,6 +32,20 @@ def split_threshold(fraction: float) -> int:
     return int(round(fraction * SPLIT_BUCKETS))
 
 
+def check_calibration_fraction(fraction: float, where: str) -> None:
+    """A SpecError unless ``fraction`` leaves both halves some of the split's buckets: 0.9999999 lies in (0, 1)
+    but rounds to every bucket, so the test half would be empty and every held-out number undefined."""
+    from dcaudit.errors import SpecError
+
+    if not 0.0 < fraction < 1.0:
+        raise SpecError(f"{where}: calibration_fraction must lie in (0, 1), got {fraction}")
+    if not 0 < split_threshold(fraction) < SPLIT_BUCKETS:
+        half = "test" if split_threshold(fraction) >= SPLIT_BUCKETS else "calibration"
+        raise SpecError(f"{where}: calibration_fraction {fraction} leaves the {half} half empty (the split has "
+                        f"{SPLIT_BUCKETS:,} buckets); use a value from {1 / SPLIT_BUCKETS:g} to "
+                        f"{1 - 1 / SPLIT_BUCKETS:g}")
+
+
 def split_sql(hash_sql: str, seed_sql: str, threshold: int) -> str:
     """DuckDB SQL, TRUE for calibration: ``hash_sql`` is the candidate's ``hash(CAST(id AS VARCHAR))``,
     ``seed_sql`` a BIGINT seed."""

@@ -21,20 +21,12 @@ from typing import Any
 import pyarrow as pa
 
 from dcaudit.errors import SpecError
-from dcaudit.spec import check_keys
+from dcaudit.spec import check_keys, name_list
 from dcaudit.stage import StageContext, StageTables
 
 _KEYS = {"polymorphs", "completion"}
 _COMPLETION_KEYS = {"audits", "probes", "seeds", "calibration_fraction", "min_support", "policies",
                     "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
-
-
-def _names(value: object, where: str) -> list[str]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SpecError(f"{where} must be a list of names")
-    return list(value)
 
 
 def polymorph_metrics(ctx: StageContext, audit_ids: list[str]) -> pa.Table | None:
@@ -75,13 +67,13 @@ def completion_entry(ctx: StageContext, entry: dict[str, Any], where: str) -> li
         raise SpecError(f"{where}: needs audits = [...] and probes = [...]")
     tasks = {a.audit_id: a for a in ctx.spec.audits}
     out = []
-    for audit_id in _names(entry["audits"], f"{where} audits"):
+    for audit_id in name_list(entry["audits"], f"{where} audits"):
         if audit_id not in tasks:
             raise SpecError(f"{where}: no audit {audit_id!r}; the spec has {sorted(tasks)}")
         task = tasks[audit_id]
         options: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("audits", "probes", "policies")}
-        config = CompletionConfig(probes=tuple(_names(entry["probes"], f"{where} probes")),
-                                  policies=tuple(_names(entry.get("policies", list(POLICIES)), f"{where} policies")),
+        config = CompletionConfig(probes=name_list(entry["probes"], f"{where} probes"),
+                                  policies=name_list(entry.get("policies", list(POLICIES)), f"{where} policies"),
                                   **{"min_support": task.min_support, **options})
         result = completion_curves(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column,
                                    evidence=task.evidence, claim=task.claim, config=config, source=ctx.source,
@@ -97,7 +89,8 @@ def matbench_stage(ctx: StageContext) -> StageTables:
         raise SpecError("[matbench] must be a table of settings")
     check_keys(section, _KEYS, "[matbench]")
     default = [a.audit_id for a in ctx.spec.audits if a.evidence.columns == ("reduced_formula",)]
-    poly_ids = _names(section.get("polymorphs", default), "[matbench] polymorphs")
+    poly_ids = list(name_list(section["polymorphs"], "[matbench] polymorphs")) if "polymorphs" in section \
+        else default
     missing = [a for a in poly_ids if a not in ctx.audits]
     if missing:
         raise SpecError(f"[matbench] polymorphs: no audit(s) {missing}")

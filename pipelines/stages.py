@@ -54,6 +54,12 @@ def _check_replay(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
 
     parsed = parse_section(dict(raw))
     _audit_names("replay", parsed.audits, spec)
+    if parsed.tolerance is not None:  # windows are on one numeric column: found now, not after the audits ran
+        chosen = parsed.audits if parsed.audits is not None else tuple(a.audit_id for a in spec.audits)
+        for task in (a for a in spec.audits if a.audit_id in chosen):
+            if len(task.evidence.columns) != 1:
+                raise SpecError(f"[replay] tolerance windows need one evidence column; audit {task.audit_id!r} "
+                                f"has {len(task.evidence.columns)}")
 
 
 def _check_completion(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
@@ -66,14 +72,29 @@ def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     from dcaudit.audits.replay import parse_tolerance
     from dcaudit.audits.sensitivity import section_options
     from dcaudit.evidence_map import parse_fiber_rule
+    from dcaudit.spec import check_support, coerce_field, name_list
 
-    _audit_names("sensitivity", raw.get("audits"), spec)
+    coerce_field(raw, "model_column", str, "[sensitivity]")
+    chosen = name_list(raw["audits"], "[sensitivity] audits") if "audits" in raw else None
+    _audit_names("sensitivity", chosen, spec)
     options = section_options(raw)
+    if options.min_support is not None:
+        check_support(options.min_support, "[sensitivity]")
+    for task in (a for a in spec.audits if chosen is None or a.audit_id in chosen):
+        if len(task.evidence.columns) != 1:
+            raise SpecError(f"[sensitivity] needs one numeric evidence column; audit {task.audit_id!r} has "
+                            f"{len(task.evidence.columns)}")
     for rule in options.rules:
         if isinstance(rule, str):
             parse_fiber_rule(rule)
     for tol in options.tolerances:
         parse_tolerance(tol)
+
+
+def _check_choice(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.audits.choice import parse_choice
+
+    parse_choice(dict(raw), spec)
 
 
 STAGES: dict[str, Stage] = {
@@ -83,7 +104,7 @@ STAGES: dict[str, Stage] = {
                         _check_completion),
     "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
                          _check_sensitivity),
-    "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS"),
+    "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS", _check_choice),
     "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS"),
     "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS"),
     "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS"),

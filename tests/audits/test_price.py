@@ -116,12 +116,14 @@ def test_price_invariants(seed: int, fibers: int, min_support: int) -> None:
     summary = [r for r in result.costs.to_pylist() if r["seed"] is None]
     for r in summary:
         assert r["envelope_cost"] <= r["cost_per_candidate"] + 1e-12
+        # cheapest exactly when the policy attains the envelope: every tied policy, not the first listed
+        assert r["cheapest"] == (r["cost_per_candidate"] == pytest.approx(r["envelope_cost"], rel=1e-12, abs=0.0))
         if r["cheapest"]:
-            assert r["cost_per_candidate"] == pytest.approx(r["envelope_cost"])
             assert r["band_low"] <= r["price"] <= r["band_high"]
         if r["policy"] == r["best_baseline"]:
             assert r["diff_vs_best"] == 0.0
-    assert sum(r["cheapest"] for r in summary) == len(GRID)  # one cheapest policy per price
+    for price in GRID:  # at least one cheapest policy per price
+        assert any(r["cheapest"] for r in summary if r["price"] == price)
 
 
 @settings(max_examples=60, deadline=None)
