@@ -32,7 +32,7 @@ from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
 from dcaudit.inputs import ROW, Duplicates
-from dcaudit.spec import AuditTask, check_keys, typed_fields
+from dcaudit.spec import AuditTask, check_keys, split_names, typed_fields
 from dcaudit.storage import check_out_dir
 
 if TYPE_CHECKING:  # heavy imports stay out of `import dcaudit`
@@ -262,9 +262,10 @@ def adhoc_name(data: object) -> str:
 
 
 def evidence_list(evidence: str | Sequence[str]) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``; a list is taken as is (so names that contain commas stay whole)."""
+    """``"a,b"`` -> ``["a", "b"]`` (``'"b,c"'`` is one name: :func:`dcaudit.spec.split_names`); a list is taken
+    as is (so names that contain commas or spaces stay whole)."""
     if isinstance(evidence, str):
-        return [c.strip() for c in evidence.split(",") if c.strip()]
+        return split_names(evidence)
     return [str(c) for c in evidence]
 
 

@@ -466,7 +466,7 @@ def check_columns(columns: Iterable[str], available: Iterable[str], *, what: str
         close = [a for a in avail if a.lower() == col.lower()] or difflib.get_close_matches(col, avail, n=3)
         # A bare SR-p53 tokenizes as SR minus p53: point at the quoted name.
         quoted = [a for a in avail if col in re.split(r"[^A-Za-z0-9_]", a) and a != col]
-        near = [repr(c) for c in close] + [f'"{q}" (quote names with - or spaces)' for q in quoted[:2]]
+        near = [repr(c) for c in close] + [f'"{q}" (quote names with commas, - or spaces)' for q in quoted[:2]]
         hints.append(f"{col!r}" + (f" (did you mean {', '.join(near)}?)" if near else ""))
     raise ClaimError(
         f"{what} names unknown column(s) {', '.join(hints)}; available columns: {', '.join(avail)}"

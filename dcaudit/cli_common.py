@@ -73,8 +73,12 @@ def apply_gates(summary: pa.Table, fail_if: tuple[str, ...]) -> int:
     return max(gate_exit_status(failures), 1 if undefined else 0)
 
 
-def evidence_arg(values: tuple[str, ...]) -> str | list[str]:
-    return values[0] if len(values) == 1 else list(values)
+def evidence_arg(values: tuple[str, ...]) -> list[str]:
+    """Every value of a repeatable name option (--evidence, --probes), each comma-separated, in order; a name
+    in double quotes keeps its commas and spaces (``--evidence '"b,c"'``)."""
+    from dcaudit.spec import split_names
+
+    return [name for value in values for name in split_names(value)]
 
 
 def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> None:

@@ -31,7 +31,8 @@ CLAIM_HELP = ("Claim: a boolean expression of column names (double-quote names w
 _TABLE = _compose(
     click.argument("file", type=click.Path(path_type=Path)),
     click.option("--evidence", required=True, multiple=True,
-                 help="Evidence column(s), comma-separated; repeat the option for a name containing a comma."),
+                 help="Evidence column(s), comma-separated (or repeat the option); double-quote a name that holds a "
+                      "comma or surrounding spaces: --evidence '\"b,c\",d'."),
     click.option("--claim", required=True, help=CLAIM_HELP),
     click.option("--id", "id_column", help="Candidate id column (default: the 1-based data row). Empty or "
                  "repeated ids are an error unless --duplicates keep."),
@@ -156,7 +157,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
 @click.command()
 @_TABLE
 @click.option("--probes", required=True, multiple=True, help="Probe columns that could be measured next, "
-              "comma-separated (or repeat the option).")
+              "comma-separated (or repeat the option; double-quote a name that holds a comma).")
 @_RULE
 @_SPLITS
 @click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a pure fiber needs before "

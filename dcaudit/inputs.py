@@ -76,25 +76,36 @@ def check_file(path: Path) -> Path:
         raise InputError("file not found", file=str(path))
     if path.is_dir():
         raise InputError("is a directory; give a CSV, CSV.gz, TSV or Parquet file", file=str(path))
+    if not path.is_file():  # a FIFO, socket or device: read more than once here, so a file is needed
+        raise InputError("is not a regular file (a pipe or a device); save the data to a file first",
+                         file=str(path))
     if path.stat().st_size == 0:
         raise InputError("file is empty", file=str(path))
     return path
 
 
+def _ascii_lower(name: str) -> str:
+    return "".join(c.lower() if c.isascii() else c for c in name)
+
+
 def check_unique_columns(names: list[str] | tuple[str, ...], label: str) -> None:
-    """An InputError for two columns with one name — or with names that differ only in case: DuckDB, which
-    runs every audit, resolves column names case-insensitively and would rename the second (``a_1``) — and
-    for a column named like the row numbers every input gets (:data:`ROW`)."""
+    """An InputError for two columns with one name — or with names that differ only in ASCII case (DuckDB, which
+    runs every audit, resolves column names so and would rename the second ``a_1``; ``é`` and ``É`` it tells
+    apart) or only in surrounding spaces (``e`` and ``e ``: a name option would take the one for the other) —
+    and for a column named like the row numbers every input gets (:data:`ROW`)."""
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
-        key = name.lower()
-        if key == ROW:
+        key = _ascii_lower(name.strip())
+        if _ascii_lower(name) == ROW:
             raise InputError(f"column name {name!r} (position {i + 1}) is dcaudit's own: it numbers the rows of "
                              "every input; rename the column", file=label)
         if key in seen:
             first = names[seen[key]]
             what = (f"duplicate column name {name!r}" if first == name else
-                    f"column names {first!r} and {name!r} differ only in case (DuckDB does not tell them apart)")
+                    f"column names {first!r} and {name!r} differ only in case (DuckDB does not tell them apart)"
+                    if _ascii_lower(first) == _ascii_lower(name) else
+                    f"column names {first!r} and {name!r} differ only in surrounding spaces (a name option would "
+                    "take one for the other)")
             raise InputError(f"{what} at positions {seen[key] + 1} and {i + 1}; rename one of them", file=label)
         seen[key] = i
 
@@ -252,14 +263,15 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
                    text_columns: tuple[str, ...] = ()) -> RegisteredInput:
     text = str(path)
     name = label or text
-    if any(ch in path.name for ch in "*?["):
+    literal = path.is_file() or (path.exists() and not path.is_dir())  # run[1].parquet is a name, not a glob
+    if any(ch in path.name for ch in "*?[") and not literal:
         if not path.name.lower().endswith(PARQUET_SUFFIXES):
             raise InputError("a glob must name Parquet files (e.g. data/*.parquet)", file=text)
         files = sorted(path.parent.glob(path.name))
         if not files:
             raise InputError("the glob matches no file", file=text)
-        for f in files:
-            _parquet_schema(check_file(f))
+        for f in files:  # DuckDB would rename a repeated column of any file (e, e_1)
+            check_unique_columns(_parquet_schema(check_file(f)), str(f))
         view = view_name(name)
         _create_view(con, view, f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)", name)
         return _described(con, view, name, has_row=False)
@@ -269,9 +281,10 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
     if lower.endswith(PARQUET_SUFFIXES):
         names = _parquet_schema(path)
         check_unique_columns(names, text)
-        if "file_row_number" in (n.lower() for n in names):
-            # DuckDB numbers the rows in a column of that name and refuses a file that has one: read the
-            # file through Arrow instead (the rare case; a copy in memory) and number the rows as for a CSV
+        if "file_row_number" in (n.lower() for n in names) or any(ch in path.name for ch in "*?["):
+            # DuckDB numbers the rows in a column of that name and refuses a file that has one, and reads a
+            # name with * ? [ as a glob (run[1].parquet would read run1.parquet): read the file through Arrow
+            # instead (the rare case; a copy in memory) and number the rows as for a CSV
             import pyarrow.parquet as pq
 
             table = pq.read_table(path)
@@ -365,18 +378,24 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
     header = _header(path, sep)
     check_unique_columns(header, text)
     as_text = {c: pa.string() for c in text_columns if c in header}
-    try:
-        table = _arrow_csv(path, sep, as_text)
-        temporal = {f.name: pa.string() for f in table.schema if pa.types.is_temporal(f.type)}
-        if temporal:  # read again with those columns as text: a cast back would not give the file's text
-            table = _arrow_csv(path, sep, as_text | temporal)
-        exact = _exact_integer_types(path, sep, table)
-        if exact:  # read again with integers a double would round kept exact
-            table = _arrow_csv(path, sep, as_text | temporal | exact)
-    except (pa.ArrowInvalid, OSError, EOFError) as exc:
-        if "Empty CSV file" in str(exc):
-            raise InputError("file has no header or data", file=text) from None
-        raise InputError(_csv_problem(path, sep, exc), file=text) from None
+    # one column: a blank line is an empty value (a missing one), not a line to skip
+    opts = _CsvOptions(sep, keep_empty_lines=len(header) == 1)
+    for block in _BLOCK_SIZES:
+        try:
+            table = _arrow_csv(path, opts, as_text, block=block)
+            temporal = {f.name: pa.string() for f in table.schema if pa.types.is_temporal(f.type)}
+            if temporal:  # read again with those columns as text: a cast back would not give the file's text
+                table = _arrow_csv(path, opts, as_text | temporal, block=block)
+            exact = _exact_integer_types(path, opts, table, block)
+            if exact:  # read again with integers a double would round kept exact
+                table = _arrow_csv(path, opts, as_text | temporal | exact, block=block)
+            break
+        except (pa.ArrowInvalid, OSError, EOFError) as exc:
+            if "straddling" in str(exc) and block != _BLOCK_SIZES[-1]:
+                continue  # a value longer than a block (1 MB): read again in larger blocks
+            if "Empty CSV file" in str(exc):
+                raise InputError("file has no header or data", file=text) from None
+            raise InputError(_csv_problem(path, sep, exc), file=text) from None
     if any(pa.types.is_binary(f.type) for f in table.schema):  # bytes that are not UTF-8 text
         raise InputError(_csv_problem(path, sep, ValueError("a column holds bytes that are not UTF-8 text")),
                          file=text)
@@ -391,7 +410,7 @@ _EXACT_DOUBLE = 2.0**53  # every integer up to this is a double exactly; above i
 _INTEGER_TEXT = re.compile(r"^\s*[-+]?\d+\s*$")
 
 
-def _exact_integer_types(path: Path, sep: str, table: pa.Table) -> dict[str, pa.DataType]:
+def _exact_integer_types(path: Path, opts: _CsvOptions, table: pa.Table, block: int | None) -> dict[str, pa.DataType]:
     """Column -> the type that keeps its values exact, for double columns holding integers beyond 2^53 the
     double does not hold exactly (12345678901234567890 and …891 would be one value): DECIMAL(38, 0) when
     every value is an integer, else the file's text. Only columns with such a magnitude are read again."""
@@ -407,7 +426,7 @@ def _exact_integer_types(path: Path, sep: str, table: pa.Table) -> dict[str, pa.
                 big.append(f.name)
     if not big:
         return {}
-    text = _arrow_csv(path, sep, {c: pa.string() for c in big}, include=big)
+    text = _arrow_csv(path, opts, {c: pa.string() for c in big}, include=big, block=block)
     out: dict[str, pa.DataType] = {}
     for name in big:
         tokens = [t for t in text.column(name).to_pylist() if t is not None]
@@ -418,15 +437,27 @@ def _exact_integer_types(path: Path, sep: str, table: pa.Table) -> dict[str, pa.
     return out
 
 
-def _arrow_csv(path: Path, sep: str, column_types: Mapping[str, pa.DataType] | None = None, *,
-               include: list[str] | None = None) -> pa.Table:
+@dataclass(frozen=True)
+class _CsvOptions:
+    sep: str
+    keep_empty_lines: bool = False
+
+
+# pyarrow reads in blocks of 1 MB by default and refuses a value that straddles two: then larger blocks
+_BLOCK_SIZES: tuple[int | None, ...] = (None, 1 << 26, 1 << 30)
+
+
+def _arrow_csv(path: Path, opts: _CsvOptions, column_types: Mapping[str, pa.DataType] | None = None, *,
+               include: list[str] | None = None, block: int | None = None) -> pa.Table:
     import pyarrow.csv as pacsv
 
     convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
                                    column_types=dict(column_types or {}), include_columns=include or [])
     # newlines_in_values: a quoted field may span lines (as in polars and Python's csv module)
-    parse = pacsv.ParseOptions(delimiter=sep, newlines_in_values=True)
-    return pacsv.read_csv(path, parse_options=parse, convert_options=convert)
+    parse = pacsv.ParseOptions(delimiter=opts.sep, newlines_in_values=True,
+                               ignore_empty_lines=not opts.keep_empty_lines)
+    read = pacsv.ReadOptions(block_size=block) if block else None
+    return pacsv.read_csv(path, read_options=read, parse_options=parse, convert_options=convert)
 
 
 def _header(path: Path, sep: str) -> list[str]:
@@ -435,22 +466,29 @@ def _header(path: Path, sep: str) -> list[str]:
             return next(csv.reader(fh, delimiter=sep), [])
     except (OSError, EOFError) as exc:
         raise InputError(f"cannot read ({exc})", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("line 1 is not UTF-8 text; save the file as UTF-8", file=str(path)) from None
+    except UnicodeDecodeError:  # the reader decodes a block ahead of the header: find the line itself
+        line = _first_non_utf8_line(path) or 1
+        raise InputError(f"line {line} is not UTF-8 text; save the file as UTF-8", file=str(path)) from None
 
 
 def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
     """One line saying where a CSV is broken: a ragged or undecodable line, or a truncated archive."""
     line = 0
+    limit = csv.field_size_limit()
+    csv.field_size_limit((1 << 31) - 1)  # a long value is no problem here (pyarrow's block size is retried)
     try:
         with _open_text(path) as fh:
             reader = csv.reader(fh, delimiter=sep)
             width = None
             for fields in reader:
-                line = reader.line_num
+                start, line = line + 1, reader.line_num
                 if width is None:
                     width = len(fields)
                 elif len(fields) != width and fields:
+                    if line > start:  # the record runs over several lines: a quoted value does
+                        return (f"line {start}: a quoted value runs on to line {line}, and the record has "
+                                f"{len(fields)} fields where the header has {width} (separator {sep!r}); is a "
+                                "quote not closed?")
                     return (f"line {line} has {len(fields)} fields, the header has {width} "
                             f"(separator {sep!r}); fix or quote that line")
     except UnicodeDecodeError:
@@ -459,6 +497,8 @@ def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
         return f"the file is truncated or not valid gzip ({err})"
     except csv.Error as err:
         return f"line {line + 1}: {err}"
+    finally:
+        csv.field_size_limit(limit)
     return f"cannot read as CSV: {str(exc).splitlines()[0][:200]}"
 
 
@@ -554,7 +594,12 @@ def statistics_off(con: duckdb.DuckDBPyConnection) -> bool:
     return id(con) in _STATISTICS_OFF
 
 
+# Which number a text value spells, exactly where a decimal holds it (12345678901234567890 and …891 are two
+# numbers, which as doubles they are not), else as a double
+_NUMBER_KEY = ("coalesce(CAST(TRY_CAST(trim({q}) AS DECIMAL(38, 18)) AS VARCHAR), "
+               "CAST(TRY_CAST(trim({q}) AS DOUBLE) AS VARCHAR))")
 MIXED_TEXT_KIND = "evidence_numbers_and_text"
+SPELLINGS_KIND = "evidence_number_spellings"
 
 
 def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
@@ -575,22 +620,73 @@ def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str,
         SELECT count(*) FILTER (WHERE d IS NOT NULL), count(*) FILTER (WHERE d IS NULL),
                {'arg_min(v, r)' if ROW in types else 'min(v)'} FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
                {'arg_min(i, r)' if ROW in types else 'min(i)'} FILTER (WHERE d IS NULL),
-               count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT d) FILTER (WHERE d IS NOT NULL)
-        FROM (SELECT {q} AS v, TRY_CAST(trim({q}) AS DOUBLE) AS d, {row} AS r, {ident} AS i
+               count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT k) FILTER (WHERE d IS NOT NULL)
+        FROM (SELECT {q} AS v, TRY_CAST(trim({q}) AS DOUBLE) AS d, {_NUMBER_KEY.format(q=q)} AS k, {row} AS r,
+                     {ident} AS i
               FROM {relation} WHERE {q} IS NOT NULL)""").fetchall()[0]
     n_numbers, n_text, value, first_row, candidate, spellings, numbers = found
-    if not n_numbers or not n_text:
+    kind = MIXED_TEXT_KIND
+    if not n_numbers:
         return None
-    detail = (f"{n_numbers} value(s) are numbers and {n_text} are text, e.g. {str(value)[:40]!r}: the column is "
-              "compared as text, so a text value is a fiber value of its own (not missing; leave a missing value "
-              "empty)")
-    if spellings > numbers:
-        detail += f", and numbers written differently (1 and 1.0) are different values ({spellings} spellings of " \
-                  f"{numbers} numbers)"
+    if not n_text:
+        if spellings <= numbers:
+            return None
+        # every value reads as a number, but the column is text (it also holds integers a double would round,
+        # or spellings such as 1_000): numbers written two ways are two fiber values
+        kind = SPELLINGS_KIND
+        value, first_row, candidate = con.execute(f"""
+            WITH t AS (SELECT {q} AS v, {_NUMBER_KEY.format(q=q)} AS k, {row} AS r, {ident} AS i
+                       FROM {relation} WHERE {q} IS NOT NULL),
+                 twice AS (SELECT k FROM t GROUP BY k HAVING count(DISTINCT v) > 1)
+            SELECT {'arg_min(v, r), min(r), arg_min(i, r)' if ROW in types else 'min(v), NULL, min(i)'}
+            FROM t WHERE k IN (SELECT k FROM twice)""").fetchall()[0]
+        detail = (f"all {n_numbers} values are numbers, but the column is text (it holds integers a double would "
+                  f"round, or spellings such as 1_000), so numbers written differently are different fiber values "
+                  f"({spellings} spellings of {numbers} numbers, e.g. {str(value)[:40]!r})")
+    else:
+        detail = (f"{n_numbers} value(s) are numbers and {n_text} are text, e.g. {str(value)[:40]!r}: the column is "
+                  "compared as text, so a text value is a fiber value of its own (not missing; leave a missing "
+                  "value empty)")
+        if spellings > numbers:
+            detail += f", and numbers written differently (1 and 1.0) are different values ({spellings} spellings " \
+                      f"of {numbers} numbers)"
     from dcaudit import arrays
 
     return arrays.table({"source": [source], "file": [label], "row": [first_row], "column": [column],
-                         "kind": [MIXED_TEXT_KIND], "detail": [detail], "candidate_id": [candidate]},
+                         "kind": [kind], "detail": [detail], "candidate_id": [candidate]},
+                        {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
+                         "detail": "string", "candidate_id": "string"})
+
+
+LINE_BREAK_KIND = "evidence_line_break"
+
+
+def line_breaks(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
+                id_column: str, source: str = "") -> pa.Table | None:
+    """A findings row when values of a CSV's text ``column`` hold a line break, else None.
+
+    A quoted CSV value may span lines, and that is kept; but a stray quote (``"Best of`` in a TSV) opens a
+    value that swallows every line up to the next quote, and those rows silently become part of one value.
+    The finding names the first such row, so the file can be checked."""
+    if value_kind(types.get(column, "")) != "text":
+        return None
+    q = quote_identifier(column)
+    row = ROW if ROW in types else "NULL::BIGINT"
+    ident = f"CAST({quote_identifier(id_column)} AS VARCHAR)" if id_column != ROW else f"CAST({ROW} AS VARCHAR)"
+    n, first_row, candidate, value = con.execute(f"""
+        SELECT count(*), min({row}), {'arg_min' if ROW in types else 'min'}({ident}{', ' + row if ROW in types else ''}),
+               {'arg_min' if ROW in types else 'min'}({q}{', ' + row if ROW in types else ''})
+        FROM {relation} WHERE contains({q}, chr(10)) OR contains({q}, chr(13))""").fetchall()[0]
+    if not n:
+        return None
+    shown = str(value).replace("\r", " ").replace("\n", " ")[:40]
+    detail = (f"{n} value(s) span lines, e.g. {shown!r}: a quoted value may do so, but a stray or unclosed quote "
+              "makes the lines up to the next quote part of one value (those rows are then missing): check the "
+              "file at that row")
+    from dcaudit import arrays
+
+    return arrays.table({"source": [source], "file": [label_of(relation)], "row": [first_row], "column": [column],
+                         "kind": [LINE_BREAK_KIND], "detail": [detail], "candidate_id": [candidate]},
                         {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
                          "detail": "string", "candidate_id": "string"})
 

@@ -157,12 +157,51 @@ def coerce_field(raw: Mapping[str, object], key: str, tp: object, where: str, *,
         raise SpecError(f"{where}: {what}{key} must be {describe_type(tp)}, got {raw[key]!r}") from None
 
 
+def split_names(text: str) -> list[str]:
+    """Comma-separated names: ``"a, b"`` -> ``["a", "b"]``. A name in double quotes is taken exactly — with its
+    commas and surrounding spaces (``'"b,c", "e "'`` -> ``["b,c", "e "]``; a doubled quote inside is one quote);
+    other names are trimmed. The one splitter of every list of column names, rules and policies (CLI, spec
+    strings and the Python API)."""
+    names: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        if i < n and text[i] == '"':
+            j, part = i + 1, []
+            while True:
+                if j >= n:
+                    raise SpecError(f"{text!r}: the quoted name that starts at character {i + 1} is not closed")
+                if text[j] == '"':
+                    if j + 1 < n and text[j + 1] == '"':
+                        part.append('"')
+                        j += 2
+                        continue
+                    break
+                part.append(text[j])
+                j += 1
+            j += 1
+            while j < n and text[j].isspace():
+                j += 1
+            if j < n and text[j] != ",":
+                raise SpecError(f"{text!r}: text after the quoted name {''.join(part)!r}; separate names with commas")
+            names.append("".join(part))
+            i = j + 1
+        else:
+            j = text.find(",", i)
+            j = n if j < 0 else j
+            if text[i:j].strip():
+                names.append(text[i:j].strip())
+            i = j + 1
+    return names
+
+
 def name_list(value: object, where: str) -> tuple[str, ...]:
     """Names given as a list of strings or as one comma-separated string (``audits = ["a", "b"]``,
     ``rules = "knn:5,window:0.1"``), in order. Anything else, an empty list or a name given twice is a
     SpecError naming ``where``: an empty list would silently mean "none" or "the default", a repeat would
     write the same rows twice."""
-    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    items = split_names(value) if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not all(isinstance(v, str) and v.strip() for v in items):
         raise SpecError(f"{where} must be a list of names or one comma-separated string, got {value!r}")
     if not items:
@@ -300,7 +339,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
         _require_type(entry["claim"], str, where, "claim must be a string")
         evidence = entry["evidence"]
         if isinstance(evidence, str):
-            evidence = [c.strip() for c in evidence.split(",") if c.strip()]
+            evidence = split_names(evidence)
         _require_type(evidence, list, where, "evidence must be a column name or a list of them")
         if not all(isinstance(c, str) and c for c in evidence):
             raise SpecError(f"{where}: evidence must list column names (non-empty strings)")

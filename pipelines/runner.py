@@ -43,6 +43,7 @@ import dcaudit
 from dcaudit import findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
+from dcaudit.claims import quote_identifier
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
@@ -58,7 +59,7 @@ from dcaudit.errors import (
     WorkspaceError,
 )
 from dcaudit.inputs import (
-    MIXED_TEXT_KIND,
+    CSV_SUFFIXES,
     PARQUET_SUFFIXES,
     ROW,
     RegisteredInput,
@@ -67,6 +68,7 @@ from dcaudit.inputs import (
     column_types,
     input_digests,
     label_of,
+    line_breaks,
     numbers_and_text,
     register_input,
     require_id_column,
@@ -476,7 +478,7 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
             raise
         raise err from exc
     except ClaimError as exc:
-        hint = _text_id_hint(str(exc), spec, prepared)
+        hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
         if hint:
             raise ClaimError(f"{exc}{hint}") from exc
         raise
@@ -495,6 +497,29 @@ def _text_id_hint(message: str, spec: PipelineSpec, prepared: PreparedSource | U
         return ""
     return (f"; the id column {spec.id_column!r} of a CSV is read as text, so that ids keep their spelling "
             "(007 stays 007): to claim on its value, copy it into a column of its own")
+
+
+def _first_text_hint(message: str, ctx: StageContext | None) -> str:
+    """Where a claim's text column first holds something that is not a number (1e6 rows are many to search)."""
+    import re
+
+    match = re.search(r"column (['\"])(.+?)\1 \(text\)", message)
+    if ctx is None or match is None:
+        return ""
+    column = match.group(2)
+    for view in ctx.tables.values():
+        if column not in ctx.columns.get(view, ()):
+            continue
+        q = quote_identifier(column)
+        order = f"ORDER BY {ROW} " if ROW in column_types(ctx.con, view) else ""
+        found = ctx.con.execute(f"SELECT {ROW if order else 'NULL'}, CAST({q} AS VARCHAR) FROM {view} WHERE {q} IS NOT "
+                                f"NULL AND TRY_CAST(trim(CAST({q} AS VARCHAR)) AS DOUBLE) IS NULL {order}LIMIT 1"
+                                ).fetchall()
+        if found:
+            row, value = found[0]
+            where = f"row {row}" if row is not None else "a row"
+            return f"; its first value that is not a number is {value[:40]!r} ({label_of(view)}, {where})"
+    return ""
 
 
 def check_engine(engine: str) -> None:
@@ -692,15 +717,19 @@ def check_evidence_text(ctx: StageContext, view: str, task: AuditTask) -> None:
     if task.evidence.rule.kind != "exact" or not todo:
         return
     types = column_types(ctx.con, view)
+    csv_input = label_of(view).lower().endswith(CSV_SUFFIXES)
     for column in todo:
         ctx.checked_text.add((view, column))
-        found = numbers_and_text(ctx.con, view, column, types, id_column=ctx.spec.id_column, source=ctx.source)
-        if found is None:
-            continue
-        ctx.findings.append(found)
-        row = found.column("row")[0].as_py()
-        ctx.notes.append(f"{label_of(view)}, evidence column {column!r}{f' (row {row})' if row else ''}: "
-                         f"{found.column('detail')[0].as_py()} (findings.parquet, kind {MIXED_TEXT_KIND!r})")
+        checks = (numbers_and_text, line_breaks) if csv_input else (numbers_and_text,)
+        for check in checks:
+            found = check(ctx.con, view, column, types, id_column=ctx.spec.id_column, source=ctx.source)
+            if found is None:
+                continue
+            ctx.findings.append(found)
+            row = found.column("row")[0].as_py()
+            ctx.notes.append(f"{label_of(view)}, evidence column {column!r}{f' (row {row})' if row else ''}: "
+                             f"{found.column('detail')[0].as_py()} (findings.parquet, kind "
+                             f"{found.column('kind')[0].as_py()!r})")
 
 
 def _note_support_moves(ctx: StageContext) -> None:

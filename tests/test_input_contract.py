@@ -506,7 +506,8 @@ def test_evidence_names_with_commas(tmp_path: Path, env: dict[str, str]) -> None
     f = tmp_path / "comma.csv"
     pl.DataFrame({"id": ["a", "b", "c"], "x,y": [0, 0, 1], "z": [1, 1, 0], "y": [1, 0, 1]}).write_csv(f)
     out = tmp_path / "out"
-    result = invoke(env, "audit", str(f), "--id", "id", "--evidence", "x,y", "--evidence", "z",
+    # a name holding a comma is double-quoted; repeating the option adds names, each value split alike
+    result = invoke(env, "audit", str(f), "--id", "id", "--evidence", '"x,y"', "--evidence", "z",
                     "--claim", "y = 1", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert pq.read_table(out / "summary.parquet").column("n_fibers").to_pylist() == [2]
@@ -595,3 +596,117 @@ def test_a_byte_order_mark_is_not_part_of_the_id_column_name(tmp_path: Path) -> 
     f.write_bytes(b"\xef\xbb\xbfid,e,y\n007,0,1\n2,1,0\n")
     result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
     assert sorted(result.tables["candidates"]["candidate_id"]) == ["007", "2"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names, paths and CSV structure (a QA pass over messy files)
+
+def test_names_in_double_quotes_keep_commas_and_spaces(tmp_path: Path) -> None:
+    """``"b,c"`` is one column name, ``"e "`` keeps its space, unquoted names are trimmed, and a repeated
+    option is split like a single one (``--probes a --probes b,c``)."""
+    from dcaudit.spec import split_names
+
+    assert split_names('a, "b,c" ,"e ", "say ""hi"""') == ["a", "b,c", "e ", 'say "hi"']
+    f = write_csv(tmp_path / "c.csv", 'id,"b,c",e ,y\n1,2,0,1\n2,3,0,0\n3,2,1,1\n')
+    one = dcaudit.audit(f, id="id", evidence='"b,c"', claim="y = 1", report=False)
+    assert one.summary["evidence"][0] == "b,c" and one.summary["n_fibers"][0] == 2
+    both = dcaudit.audit(f, id="id", evidence='"b,c", "e "', claim="y = 1", report=False)
+    assert both.summary["n_fibers"][0] == 3
+    runner = CliRunner()
+    env = {"DCAUDIT_HOME": str(tmp_path / "home")}
+    result = runner.invoke(cli, ["audit", str(f), "--id", "id", "--evidence", '"b,c"', "--evidence", '"e "',
+                                 "--claim", "y = 1", "--no-report", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    with pytest.raises(SpecError, match="not closed"):
+        split_names('"b,c')
+
+
+def test_columns_differing_only_in_surrounding_spaces_are_an_error_but_unicode_case_is_not(tmp_path: Path) -> None:
+    """``e`` and ``e `` are different columns to DuckDB, but a name option trims what it is given and would
+    take one for the other: an error naming both. ``é`` and ``É`` DuckDB tells apart (only ASCII case
+    folds), so they are two columns."""
+    f = write_csv(tmp_path / "s.csv", "id,e,e ,y\na,1,2,1\nb,1,3,0\n")
+    with pytest.raises(InputError, match="differ only in surrounding spaces"):
+        dcaudit.audit(f, id="id", evidence=["e "], claim="y = 1", report=False)
+    u = write_csv(tmp_path / "u.csv", "id,é,É,y\na,1,2,1\nb,1,3,0\nc,2,3,1\n")
+    result = dcaudit.audit(u, id="id", evidence=["É"], claim="y = 1", report=False)
+    assert result.summary["n_fibers"][0] == 2  # É: 2, 3, 3 -> two fibers (é would give two as well, other members)
+    assert sorted(result.fibers["n"].to_list()) == [1, 2]
+
+
+def test_a_file_name_with_glob_characters_is_that_file(tmp_path: Path) -> None:
+    """run[1].parquet is read as itself — not as the glob that matches run1.parquet — and a glob's files are
+    checked for repeated column names like a single file."""
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "e": [1, 1, 2], "y": [1, 0, 1]}), tmp_path / "run[1].parquet")
+    pq.write_table(pa.table({"id": ["x", "y"], "e": [9, 9], "y": [0, 0]}), tmp_path / "run1.parquet")
+    result = dcaudit.audit(tmp_path / "run[1].parquet", id="id", evidence=["e"], claim="y = 1", report=False)
+    assert sorted(result.tables["candidates"]["candidate_id"]) == ["a", "b", "c"]
+    (tmp_path / "g").mkdir()
+    t = pa.Table.from_arrays([pa.array(["a", "b"]), pa.array([1, 2]), pa.array([3, 4]), pa.array([1, 0])],
+                             names=["id", "e", "e", "y"])
+    pq.write_table(t, tmp_path / "g" / "p1.parquet")
+    with pytest.raises(InputError, match="duplicate column name 'e'"):
+        dcaudit.audit(str(tmp_path / "g" / "*.parquet"), id="id", evidence=["e"], claim="y = 1", report=False)
+
+
+def test_csv_structure_errors_name_the_right_line_and_cause(tmp_path: Path) -> None:
+    import os
+
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"id,e,y\na,1,1\nb,2,0\nc,\xff\xfe,1\n")  # a bad byte within the header's block
+    with pytest.raises(InputError, match="line 4 is not UTF-8"):
+        dcaudit.audit(bad, id="id", evidence=["e"], claim="y = 1", report=False)
+    open_quote = write_csv(tmp_path / "q.csv", 'id,e,y\na,"1,1\nb,1,0\n')
+    with pytest.raises(InputError, match="line 2: a quoted value runs on to line 3.*quote not closed"):
+        dcaudit.audit(open_quote, id="id", evidence=["e"], claim="y = 1", report=False)
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        dcaudit.audit(fifo, id="id", evidence=["e"], claim="y = 1", report=False)
+
+
+def test_a_value_longer_than_a_read_block_is_read(tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "long.csv", "id,e,y\na," + "x" * 2_500_000 + ",1\nb,short,0\nc,short,1\n")
+    result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+    assert result.summary["n_candidates"][0] == 3 and result.summary["n_fibers"][0] == 2
+
+
+def test_blank_lines_of_a_one_column_csv_are_missing_values(tmp_path: Path) -> None:
+    """With one column a blank line is an empty value: excluded as evidence_missing, never skipped (the rows
+    after it would be renumbered)."""
+    f = write_csv(tmp_path / "one.csv", "e\n1\n\n1\n2\n\n2\n")
+    result = dcaudit.audit(f, evidence=["e"], claim="e = 1", report=False)
+    assert result.summary["n_candidates"][0] == 4 and result.summary["n_excluded"][0] == 2
+    excluded = result.excluded()
+    assert sorted(excluded["candidate_id"].to_list()) == ["2", "5"]  # the file's data rows 2 and 5
+
+
+@pytest.mark.parametrize("values, reported", [
+    (["12345678901234567890", "0.5", "0.50"], True),   # text (a double would round the big integer): 0.5 twice
+    (["1_000", "1000", "7"], True),                     # DuckDB reads 1_000 as a number, the column is text
+    (["12345678901234567890", "12345678901234567891", "0.5"], False),  # two numbers, not two spellings
+])
+def test_numbers_written_two_ways_in_a_text_column_are_reported(tmp_path: Path, values: list[str],
+                                                                 reported: bool) -> None:
+    f = write_csv(tmp_path / "n.csv", "id,e,y\n" + "".join(f"r{i},{v},{i % 2}\n" for i, v in enumerate(values)))
+    result = dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+    kinds = result.tables["findings"]["kind"].to_list() if "findings" in result.tables else []
+    assert ("evidence_number_spellings" in kinds) == reported
+    assert result.summary["n_fibers"][0] == 3  # kept as written: reported, not merged
+
+
+def test_a_value_spanning_lines_in_a_csv_is_reported(tmp_path: Path) -> None:
+    """A stray quote in a TSV swallows the lines up to the next quote into one value: kept (a quoted value may
+    span lines) and reported with its row."""
+    f = tmp_path / "q.tsv"
+    f.write_text('id\ttitle\ty\na\t"Best of\t1\nb\tplain\t0\nc\t12" screen"\t1\nd\tother\t0\n')
+    result = dcaudit.audit(f, id="id", evidence=["title"], claim="y = 1", report=False)
+    found = result.tables["findings"].filter(pl.col("kind") == "evidence_line_break")
+    assert found.height == 1 and found["row"][0] == 1 and found["column"][0] == "title"
+    assert any("span lines" in n for n in result.notes)
+
+
+def test_a_claim_on_a_text_column_names_its_first_text_value_and_row(tmp_path: Path) -> None:
+    f = write_csv(tmp_path / "t.csv", "id,e,y\na,1,1\nb,2,x\nc,3,1\n")
+    with pytest.raises(ClaimError, match=r"first value that is not a number is 'x' \(.*t.csv, row 2\)"):
+        dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
