@@ -27,6 +27,7 @@ from dcaudit.audits.fibers import AuditLabels
 from dcaudit.audits.replay import ReplayConfig, ReplaySection, WindowSpec, parse_section, replay_windows
 from dcaudit.claims import Claim, check_columns, quote_identifier, sql_literal
 from dcaudit.errors import SpecError
+from dcaudit.inputs import user_columns
 from dcaudit.spec import AuditTask, PipelineSpec, check_keys, coerce_field
 from dcaudit.stage import StageContext, StageTables
 
@@ -54,8 +55,7 @@ def model_choice(con: duckdb.DuckDBPyConnection, relation: str, *, id_column: st
     """
     if window.reference is None:
         raise SpecError("[choice] needs the reference column the benchmark metric compares predictions with")
-    check_columns((model_column,), [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()],
-                  what="[choice]")
+    check_columns((model_column,), user_columns(con, relation), what="[choice]")
     if replay is None:
         replay = replay_windows(con, relation, id_column=id_column, window=window, claim=claim, config=config,
                                 labels=labels, model_column=model_column)

@@ -123,6 +123,30 @@ def _require_width_range(con: duckdb.DuckDBPyConnection, relation: str, column: 
                          row=first_row, column=column)
 
 
+_EXACT_DOUBLE = 2.0**53  # integers beyond it are not all doubles: 2^53 and 2^53 + 1 are one
+
+
+def _require_exact_as_double(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str],
+                             rule: str) -> None:
+    """An InputError for integer (or decimal) evidence beyond 2^53 under a binned rule: bins and cut points are
+    computed on doubles, which would put 9007199254740992 and …993 in one bin without a word. (min/max come
+    from Parquet statistics where there are any.)"""
+    kind = str(types.get(column, "")).upper()
+    if value_kind(kind) != "int" and not kind.startswith("DECIMAL") and kind not in ("HUGEINT", "UHUGEINT"):
+        return
+    q = quote_identifier(column)
+    lo, hi = con.execute(f"SELECT min({q}), max({q}) FROM {relation}").fetchall()[0]
+    if lo is None or max(abs(float(lo)), abs(float(hi))) < _EXACT_DOUBLE:
+        return
+    row = ROW if ROW in types or ROW in column_types(con, relation) else "NULL"
+    first = con.execute(f"SELECT {row}, CAST({q} AS VARCHAR) FROM {relation} WHERE abs(CAST({q} AS DOUBLE)) >= "
+                        f"{_EXACT_DOUBLE!r} LIMIT 1").fetchall()
+    first_row, value = first[0] if first else (None, str(hi))
+    raise InputError(f"fiber rule {rule}: the value {value} is beyond 2^53, where bins (computed on doubles) "
+                     "cannot tell neighbouring integers apart; use the exact rule, or scale the column",
+                     file=label_of(relation), row=first_row, column=column)
+
+
 def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None, dialect: SqlDialect = DUCKDB) -> str:
     """The fiber-key part of one column (the same SQL in DuckDB and Spark; quoting and literals by ``dialect``)."""
     col = dialect.identifier(column)
@@ -185,6 +209,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
             require_numeric(con, relation, col, types, why=f"fiber rule {emap.rule}")
             if emap.rule.kind == "width":
                 _require_width_range(con, relation, col, float(emap.rule.param or 0), str(emap.rule))
+            _require_exact_as_double(con, relation, col, types, str(emap.rule))
     d = engine.dialect if engine is not None else DUCKDB
     source = engine.source(relation) if engine is not None else relation
     y_sql = claim_sql(claim, types, d)

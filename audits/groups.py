@@ -26,7 +26,7 @@ from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.claims import check_columns, quote_identifier, sql_literal
 from dcaudit.engine import memory_limit_bytes
 from dcaudit.errors import SpecError
-from dcaudit.inputs import ROW
+from dcaudit.inputs import ROW, user_columns
 from dcaudit.spec import AuditTask
 from dcaudit.stage import StageContext, StageTables
 from dcaudit.storage import concat
@@ -49,8 +49,7 @@ SPREAD = (
 def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
                  wanted: Sequence[str] | None = None) -> list[str]:
     """The distinct values of ``column`` (sorted), or ``wanted`` after checking each one exists."""
-    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    check_columns((column,), available, what="per")
+    check_columns((column,), user_columns(con, relation), what="per")
     q = quote_identifier(column)
     present = [r[0] for r in con.execute(
         f"SELECT DISTINCT CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT NULL ORDER BY 1").fetchall()]

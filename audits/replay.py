@@ -103,7 +103,15 @@ from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sq
 from dcaudit.engine import machine_limit, memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
 from dcaudit.evidence_map import positive_number
-from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
+from dcaudit.inputs import (
+    ROW,
+    column_types,
+    duckdb_message,
+    guard_nan,
+    label_of,
+    require_numeric,
+    user_columns,
+)
 from dcaudit.spec import check_keys, coerce_field, name_list, typed_fields
 from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, check_calibration_fraction, split_sql, split_threshold
 from dcaudit.stage import StageContext, StageTables
@@ -1176,8 +1184,8 @@ def window_replay(
     candidates a chunk of seeds at a time (:func:`_chunked_windows`, :class:`WindowIndex`): memory
     grows with candidates × seeds only by that boolean matrix.
     """
-    available = _columns_of(con, relation)
-    needed = [id_column, window.column] + ([window.reference] if window.reference else [])
+    available = user_columns(con, relation)
+    needed = ([id_column] if id_column != ROW else []) + [window.column] + ([window.reference] if window.reference else [])
     check_columns(tuple(needed) + ((model_column,) if model_column else ()), available, what="the window replay")
     check_columns(claim.columns, available, what=f"claim {claim.text!r}")
     q = quote_identifier

@@ -34,7 +34,15 @@ from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import column_types, duckdb_message, guard_nan, label_of, require_numeric
+from dcaudit.inputs import (
+    ROW,
+    column_types,
+    duckdb_message,
+    guard_nan,
+    label_of,
+    require_numeric,
+    user_columns,
+)
 from dcaudit.spec import check_keys, coerce_field, name_list
 from dcaudit.stage import StageContext, StageTables
 
@@ -107,8 +115,9 @@ def sensitivity(
     tols: list[Tolerance] = [parse_tolerance(t) for t in tolerances]
     if any(t.kind != "fixed" for t in tols) and not reference:
         raise SpecError("tolerances 'mae' / 'qNN' are computed against a reference column; name one")
-    available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    needed = (id_column, evidence) + ((reference,) if reference else ()) + ((model_column,) if model_column else ())
+    available = user_columns(con, relation)
+    needed = ((id_column,) if id_column != ROW else ()) + (evidence,) + ((reference,) if reference else ()) + \
+        ((model_column,) if model_column else ())
     check_columns(needed, available, what="the sensitivity audit")
     check_columns(claim.columns, available, what=f"claim {claim.text!r}")
     q = quote_identifier

@@ -155,11 +155,16 @@ class Result:
     def save(self, path: str | Path, *, force: bool = False) -> Path:
         """Write the evidence package to ``path`` atomically (an existing one is replaced only with
         ``force``, and only once the new one is complete). Returns the directory."""
-        from dcaudit.storage import write_package
+        from dcaudit.config import load_settings
+        from dcaudit.storage import check_out_dir, write_package
 
+        if not isinstance(path, str | os.PathLike):
+            raise SpecError(f"save({path!r}): give a directory path for the evidence package")
         target = Path(path)
         if target.exists() and not target.is_dir():
             raise SpecError(f"{target} is a file; give a directory for the evidence package")
+        # force=True replaces what is there: never the workspace, what holds it, or its runs, records, tables
+        check_out_dir(target, load_settings().home, option="save()")
         if target.exists() and any(target.iterdir()) and not force:
             raise SpecError(f"{target} exists and is not empty; pass force=True (--force) to replace it")
         run_id = self.run_id or _new_run_id("result")
@@ -250,7 +255,7 @@ def adhoc_name(data: object) -> str:
     """The spec name of an ad-hoc audit: the file's stem plus a digest of its whole path, so two files with
     the same stem (``good.csv.gz``, ``good.parquet``) never share a lock, an identity or a ``runs --diff``."""
     if not isinstance(data, str | Path):
-        return "dataframe"
+        return defaults.FRAME_SPEC
     path = Path(data)
     name = path.name
     for suffix in (".csv.gz", ".tsv.gz", ".parquet", ".csv", ".tsv", ".txt", ".pq"):
@@ -261,12 +266,19 @@ def adhoc_name(data: object) -> str:
     return f"{_SAFE.sub('_', name).strip('._')[:60] or 'data'}-{digest}"
 
 
-def evidence_list(evidence: str | Sequence[str]) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]`` (``'"b,c"'`` is one name: :func:`dcaudit.spec.split_names`); a list is taken
-    as is (so names that contain commas or spaces stay whole)."""
+def evidence_list(evidence: str | Sequence[str], what: str = "evidence") -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]`` (``'"b,c"'`` is one name: :func:`dcaudit.spec.split_names`); a list or tuple
+    is taken as is (so names that contain commas or spaces stay whole). A set has no order — the fiber key
+    would change from one process to the next — and anything else is no list of names: SpecErrors."""
     if isinstance(evidence, str):
         return split_names(evidence)
-    return [str(c) for c in evidence]
+    if isinstance(evidence, set | frozenset | dict) or not isinstance(evidence, Sequence):
+        kind = "a set has no order, and the order of the evidence is part of every fiber key" \
+            if isinstance(evidence, set | frozenset | dict) else f"not {type(evidence).__name__} {evidence!r}"[:120]
+        raise SpecError(f"{what}: give one name, a comma-separated string or a list of names; {kind}")
+    if not all(isinstance(c, str) for c in evidence):
+        raise SpecError(f"{what}: the names must be strings, got {list(evidence)!r}"[:200])
+    return list(evidence)
 
 
 def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None, fiber_rule: str,
@@ -274,6 +286,9 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
           name: str | None, origin: str) -> PipelineSpec:
     from dcaudit.spec import spec_from_dict
 
+    if data is None:
+        raise SpecError("the data is None: give a path (CSV, CSV.gz, TSV, Parquet or a Parquet glob) or a frame "
+                        "(polars, pandas, Arrow, a DuckDB relation)")
     if id is not None and (not isinstance(id, str) or not id.strip()):
         raise SpecError(f"id = {id!r}: name the candidate id column, or leave id out to number the rows")
     source: dict[str, Any] = {"path": _source_label(data), "id": id or ROW}
@@ -391,9 +406,12 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     support = typed_fields(CompletionConfig, {"min_support": config.get("min_support", CompletionConfig.min_support)},
                            "complete()")["min_support"]
     section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
-    section["probes"] = evidence_list(probes)
-    if isinstance(section.get("costs"), list):  # pairs from Python: the spec form is a table probe -> price
-        section["costs"] = dict(section["costs"])
+    section["probes"] = evidence_list(probes, "probes")
+    costs = section.get("costs")
+    if isinstance(costs, list | tuple):  # pairs from Python: the spec form is a table probe -> price
+        if not all(isinstance(pair, list | tuple) and len(pair) == 2 for pair in costs):
+            raise SpecError(f"costs = {costs!r}: give a price per probe, {{probe: price}} or [(probe, price), …]"[:200])
+        section["costs"] = dict(costs)
     spec = _spec(data, evidence=evidence, claim=claim, id=id, fiber_rule=fiber_rule, min_support=support,
                  missing="drop", duplicates=duplicates, sections={"completion": section}, name=name,
                  origin="dcaudit.complete()")
@@ -411,12 +429,12 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     section: dict[str, Any] = {"min_support": min_support}
     # one rule or tolerance given as a string is a list of one (list("mae") would be three letters)
     if rules is not None:
-        section["rules"] = [rules] if isinstance(rules, str) else list(rules)
+        section["rules"] = [rules] if isinstance(rules, str) else evidence_list(rules, "rules")
     if tolerances is not None:
         section["tolerances"] = [tolerances] if isinstance(tolerances, str | int | float) else list(tolerances)
     if reference is not None:
         section["reference"] = reference
-    columns = evidence_list(evidence)
+    columns = evidence_list(evidence if evidence is not None else [])
     if len(columns) != 1:
         raise SpecError(f"sensitivity needs one numeric evidence column, got {len(columns)}: {', '.join(columns)}")
     spec = _spec(data, evidence=columns, claim=claim, id=id, fiber_rule="exact", min_support=min_support,
@@ -445,6 +463,8 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
     latest run). The tables equal those that were saved."""
     from dcaudit.storage import read_manifest, read_table, verify_package
 
+    if not isinstance(package, str | os.PathLike):
+        raise SpecError(f"load({package!r}): give a package directory, a run id or a spec name")
     path = Path(package)
     if not (path / "manifest.json").is_file():
         from dcaudit.catalog import Catalog

@@ -56,3 +56,4 @@ SENSITIVITY_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", 
 def replay_min_support(*, windowed: bool) -> int:
     """The replay's default support: 5 neighbours for tolerance windows, 50 members for fibers."""
     return MIN_SUPPORT_WINDOWS if windowed else MIN_SUPPORT_FIBERS
+FRAME_SPEC = "dataframe"  # the spec name of an audit of a frame given no name= (files are named after themselves)

@@ -102,7 +102,13 @@ def shared_connection() -> duckdb.DuckDBPyConnection:
 def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
     """A connection to the in-memory DuckDB an audit runs on, which spills to ``$DCAUDIT_HOME/tmp`` beyond
     ``memory_limit``."""
-    settings.temp_dir.mkdir(parents=True, exist_ok=True)
+    try:  # DuckDB makes only the last level of its spill directory, and only once it spills
+        settings.temp_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from dcaudit.errors import WorkspaceError
+
+        raise WorkspaceError(f"DuckDB's spill directory {settings.temp_dir} cannot be made ({exc.strerror}): "
+                             "set DCAUDIT_HOME (or Settings(home=...)) to a writable directory") from None
     con = duckdb.connect(":memory:")
     con.execute(f"SET memory_limit = '{_safe(settings.memory_limit)}'")
     # a path may hold quotes (a workspace called O'Brien): quoted as a SQL string, not refused

@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import io
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,6 +175,9 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)[:60] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
+_POLARS_EXPORT = threading.Lock()
+
+
 def as_arrow(data: object) -> tuple[pa.Table, str]:
     """Any frame-like object as Arrow (zero-copy where the library allows) and what to call it. A run converts
     a frame once (:func:`dcaudit.pipelines.runner.prepare_source`): its digest and its audit then see the same
@@ -195,11 +199,15 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
             frame = polars_frame.collect() if kind == "LazyFrame" else polars_frame
         except Exception as exc:  # noqa: BLE001 - the user's query failed: polars' own message, one line
             raise InputError(f"the LazyFrame could not be collected: {one_line(exc, 200)}", file=what) from None
-        objects = [n for n, t in frame.schema.items() if str(t) == "Object"]
-        if objects:  # Python objects: to_arrow would hand over their addresses
-            raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
-                             "cast it to numbers or text", file=what, column=objects[0])
-        return _converted(frame.to_arrow, what), what
+        # One export at a time: polars (2.1) can deadlock when threads ask one frame for its schema and its
+        # Arrow export at once (each holds the GIL or the frame's lock while it waits for the other) — a
+        # notebook auditing one frame from a thread pool would hang.
+        with _POLARS_EXPORT:
+            objects = [n for n, t in frame.schema.items() if str(t) == "Object"]
+            if objects:  # Python objects: to_arrow would hand over their addresses
+                raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
+                                 "cast it to numbers or text", file=what, column=objects[0])
+            return _converted(frame.to_arrow, what), what
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
@@ -563,6 +571,12 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
 
 def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
     return [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
+
+
+def user_columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
+    """The columns a user may name (an option such as reference, probes or per): all but the row numbers
+    (:data:`ROW`), which are dcaudit's own and never offered as available."""
+    return [c for c in _columns(con, relation) if c != ROW]
 
 
 def guard_nan(con: duckdb.DuckDBPyConnection, types: Mapping[str, str], columns: tuple[str, ...] | list[str]) -> None:

@@ -348,8 +348,9 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
                 _require_type(entry[key], str, where, f"{key} must be a string")
         emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", str(EvidenceMap.rule))),
                            entry.get("missing", EvidenceMap.missing))
-        _require_type(entry.get("min_support", AuditTask.min_support), int, where, "min_support must be a whole number")
-        min_support = check_support(int(entry.get("min_support", AuditTask.min_support)), where)
+        # a whole number — numpy's integers too, as every option takes them (never a bool, never 2.5)
+        min_support = check_support(coerce_field({"min_support": entry.get("min_support", AuditTask.min_support)},
+                                                 "min_support", int, where), where)
         per, groups = _per_group(entry, where)
         audits.append(AuditTask(
             audit_id=str(entry.get("id", f"audit{i}")),

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dcaudit
-from dcaudit import findings
+from dcaudit import defaults, findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
 from dcaudit.claims import quote_identifier
@@ -193,7 +193,9 @@ def _spec_lock(lock: Path, name: str) -> Iterator[None]:
         try:
             stack.enter_context(file_lock(lock, wait=0.0, what=f"spec {name!r}"))
         except RunLockedError:
-            raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later") from None
+            hint = ("; frames recorded at once need a name each (dcaudit.audit(..., name=\"...\"))"
+                    if name == defaults.FRAME_SPEC else "")
+            raise RunLockedError(f"another run of {name!r} is in progress (lock {lock}); try again later{hint}") from None
         yield  # a RunLockedError from the run itself keeps its own message
 
 

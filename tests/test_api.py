@@ -4,6 +4,7 @@ CLI, spec and API building the same configuration."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from hypothesis import settings as hsettings
 import dcaudit
 from dcaudit.cli import cli
 from dcaudit.config import load_settings
-from dcaudit.errors import SpecError
+from dcaudit.errors import DcauditError, SpecError
 from tests.conftest import mirror_path
 
 NR7 = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD", "NR-PPAR-gamma"]
@@ -290,11 +291,14 @@ def test_a_probe_the_claim_reads_is_noted_as_leakage() -> None:
 def test_sensitivity_section_options_are_typed() -> None:
     from dcaudit.audits.sensitivity import section_options
 
-    assert section_options({"rules": "quantile:5", "tolerances": "mae"}).rules == ("quantile:5",)
+    assert section_options({"rules": "quantile:5", "tolerances": "mae", "reference": "r"}).rules == ("quantile:5",)
+    assert section_options({"rules": [], "tolerances": [0.5]}).rules == ()  # tolerance windows only
     with pytest.raises(SpecError, match="min_support must be an integer, got 2.5"):
         section_options({"min_support": 2.5})
-    with pytest.raises(SpecError, match="nothing to compare"):
+    with pytest.raises(SpecError, match="rules is empty"):
         section_options({"rules": []})
+    with pytest.raises(SpecError, match="give reference too"):
+        section_options({"tolerances": "mae"})
 
 
 def test_a_report_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(
@@ -315,3 +319,63 @@ def test_a_report_that_cannot_be_written_is_one_line_and_leaves_no_temporary_fil
     with pytest.raises(WorkspaceError, match="Read-only file system"):
         html.write_report(tmp_path / "pkg")
     assert not [p for p in (tmp_path / "pkg").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_save_never_writes_into_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """save(..., force=True) replaced the workspace itself (catalog, runs, records gone), or a recorded
+    package in runs/: refused like out=."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("DCAUDIT_HOME", str(home))
+    frame = pl.DataFrame({"e": [1, 1, 2], "y": [1, 0, 1]})
+    result = dcaudit.audit(frame, evidence=["e"], claim="y = 1", record=True)
+    for target in (home, home / "runs" / str(result.run_id), home / "tables"):
+        with pytest.raises(SpecError, match="workspace"):
+            result.save(target, force=True)
+    assert (home / "catalog.duckdb").is_file() and (home / "runs" / str(result.run_id) / "manifest.json").is_file()
+    assert (result.save(tmp_path / "elsewhere") / "summary.parquet").is_file()
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda f: dcaudit.audit(f, evidence=None, claim="y = 1"), "evidence: give one name"),
+    (lambda f: dcaudit.audit(f, evidence=5, claim="y = 1"), "evidence: give one name"),
+    (lambda f: dcaudit.audit(f, evidence={"e", "s"}, claim="y = 1"), "a set has no order"),
+    (lambda f: dcaudit.complete(f, evidence=["e"], claim="y = 1", probes=None), "probes: give one name"),
+    (lambda f: dcaudit.complete(f, evidence=["e"], claim="y = 1", probes=["s"], seeds=2, costs=[1, 2]),
+     "a price per probe"),
+    (lambda f: dcaudit.sensitivity(f, evidence="x", claim="y = 1", rules=5), "rules: give one name"),
+    (lambda f: dcaudit.load(None), "give a package directory"),
+    (lambda f: dcaudit.audit(None, evidence=["e"], claim="y = 1"), "the data is None"),
+    (lambda f: dcaudit.replay(f, evidence=["x"], claim="y = 1", seeds=2, tolerance="mae", reference="__row"),
+     "unknown column"),
+])
+def test_wrong_arguments_are_dcaudit_errors(call, expected: str) -> None:  # noqa: ANN001
+    frame = pl.DataFrame({"e": [1, 1, 2, 2], "s": [0, 1, 0, 1], "x": [0.1, 0.2, 0.3, 0.4], "y": [1, 0, 1, 1]})
+    with pytest.raises(DcauditError, match=expected):
+        call(frame)
+
+
+def test_numpy_integers_are_whole_numbers_everywhere() -> None:
+    import numpy as np
+
+    frame = pl.DataFrame({"e": [1, 1, 2, 2], "y": [1, 1, 0, 0]})
+    assert dcaudit.audit(frame, evidence=["e"], claim="y = 1", min_support=np.int64(2)).summary["min_support"][0] == 2
+    replay = dcaudit.replay(frame, evidence=["e"], claim="y = 1", min_support=np.int32(2), seeds=np.int64(2))
+    assert replay.summary["min_support"][0] == 2
+
+
+def test_one_polars_frame_audited_from_threads_does_not_hang(tmp_path: Path) -> None:
+    """polars can deadlock when threads ask one frame for its schema and its Arrow export at once; dcaudit
+    exports a frame under a lock, so a thread pool over one frame finishes (it hung in ~15 % of processes)."""
+    import subprocess
+    import sys
+
+    code = ("import threading, polars as pl, dcaudit\n"
+            "frame = pl.DataFrame({'e': [i % 3 for i in range(3000)], 'y': [i % 2 for i in range(3000)]})\n"
+            "def work():\n    dcaudit.audit(frame, evidence=['e'], claim='y = 1')\n"
+            "for _ in range(5):\n"
+            "    threads = [threading.Thread(target=work) for _ in range(4)]\n"
+            "    [t.start() for t in threads]; [t.join() for t in threads]\n"
+            "print('done')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")})
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]

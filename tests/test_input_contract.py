@@ -710,3 +710,13 @@ def test_a_claim_on_a_text_column_names_its_first_text_value_and_row(tmp_path: P
     f = write_csv(tmp_path / "t.csv", "id,e,y\na,1,1\nb,2,x\nc,3,1\n")
     with pytest.raises(ClaimError, match=r"first value that is not a number is 'x' \(.*t.csv, row 2\)"):
         dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+
+
+def test_binned_rules_refuse_integers_a_double_cannot_tell_apart(tmp_path: Path) -> None:
+    """2^53 and 2^53 + 1 are one double: width:1 put them in one bin and quantile:3 everything in one,
+    without a word. The exact rule keeps them apart; a binned rule is an error naming the value and row."""
+    f = write_csv(tmp_path / "big.csv", "e,y\n1,1\n9007199254740992,1\n9007199254740993,0\n")
+    assert dcaudit.audit(f, evidence=["e"], claim="y = 1", report=False).summary["n_fibers"][0] == 3
+    for rule in ("width:1", "quantile:3"):
+        with pytest.raises(InputError, match=r"9007199254740992 is beyond 2\^53.*row 2"):
+            dcaudit.audit(f, evidence=["e"], claim="y = 1", fiber_rule=rule, report=False)
