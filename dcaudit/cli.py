@@ -92,9 +92,11 @@ def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit
 EXIT_CODES = """\b
 Exit status (for schedulers):
   0   every run succeeded (or reused an unchanged earlier result)
-  1   an audit failed while running (the catalog records it as failed)
-  2   bad input: an unknown or invalid spec, a tampered or missing source file
+  1   an audit failed while running, or ran out of memory or disk (recorded as failed)
+  2   bad input: an unknown or invalid spec (nothing recorded), a tampered or missing
+      source file, data the run cannot use (recorded as failed)
   75  locked: another run of the spec (or another batch) is in progress; retry later
+  130, 143  interrupted by SIGINT / SIGTERM (recorded as failed)
 With several specs the most serious status wins (1, then 2, then 75); a spec whose source is
 not available offline (e.g. matbench-discovery without the WBM summary) is reported as skipped
 and does not fail a batch (run alone, it exits 2).

@@ -70,7 +70,16 @@ class Settings:
 
 
 def _env_bool(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+    """A yes/no variable: 1/true/yes/on or 0/false/no/off (or unset, empty); anything else is a SpecError —
+    DCAUDIT_OFFLINE=2 silently meant online."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in {"", "0", "false", "no", "off"}:
+        return False
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    from dcaudit.errors import SpecError
+
+    raise SpecError(f"{name}={os.environ[name]!r}: use 1 (or true, yes, on) or 0 (false, no, off)")
 
 
 _MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)

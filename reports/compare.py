@@ -30,7 +30,7 @@ REPLAY_KEYS = ("audit_id", "model", "certification", "policy")
 def _open(con: duckdb.DuckDBPyConnection, run_dir: Path, prefix: str) -> dict[str, list[str]]:
     problems = verify_package(run_dir, columns=True)
     if problems:
-        raise IntegrityError("the evidence package is damaged:\n  " + "\n  ".join(problems))
+        raise IntegrityError("the evidence package is damaged: " + "; ".join(problems))
     cols = {}
     for path in sorted(Path(run_dir).glob("*.parquet")):
         name = f"{prefix}_{path.stem}"

@@ -67,8 +67,8 @@ class Package:
         self.dir = Path(run_dir)
         problems = verify_package(self.dir, columns=True)
         if problems:
-            raise IntegrityError("the evidence package is damaged:\n  " + "\n  ".join(problems)
-                                 + "\nre-run its spec to produce a fresh package")
+            raise IntegrityError("the evidence package is damaged: " + "; ".join(problems)
+                                 + "; re-run its spec to produce a fresh package")
         self.manifest = read_manifest(self.dir)
         files = {p.stem: p for p in sorted(self.dir.glob("*.parquet"))}
         self.schemas = {name: pq.read_schema(path) for name, path in files.items()}

@@ -514,6 +514,7 @@ def test_evidence_names_with_commas(tmp_path: Path, env: dict[str, str]) -> None
 
 
 @pytest.mark.parametrize("variable, value, needle", [
+    ("DCAUDIT_OFFLINE", "2", "DCAUDIT_OFFLINE"),      # silently meant online
     ("DCAUDIT_THREADS", "abc", "DCAUDIT_THREADS"),
     ("DCAUDIT_MEMORY_LIMIT", "1'GB", "DCAUDIT_MEMORY_LIMIT"),
 ])

@@ -210,6 +210,18 @@ def test_changed_data_recomputes_and_diff_says_what_moved(tmp_path: Path, bench:
     assert not d["data_changed"] and d["code_changed"] == ["spec_hash"]
 
 
+def test_a_package_without_report_is_not_reused_by_a_run_that_wants_one(tmp_path: Path, bench: Path) -> None:
+    """`run --no-report` then `run`: the second run reused the first package and so silently had no report."""
+    home, spec = tmp_path / "home", spec_file(tmp_path, bench)
+    bare = json.loads(invoke(home, "run", str(spec), "--json", "--no-report").output)
+    assert not (Path(bare["package_dir"]) / "report.html").exists()
+    full = json.loads(invoke(home, "run", str(spec), "--json").output)
+    assert full["status"] == "succeeded" and (Path(full["package_dir"]) / "report.html").is_file()
+    again = json.loads(invoke(home, "run", str(spec), "--json").output)
+    assert again["status"] == "reused" and again["package_dir"] == full["package_dir"]
+    assert json.loads(invoke(home, "run", str(spec), "--json", "--no-report").output)["status"] == "reused"
+
+
 def test_damaged_package_file_is_named_and_not_reused(tmp_path: Path, bench: Path) -> None:
     home, spec = tmp_path / "home", spec_file(tmp_path, bench)
     first = json.loads(invoke(home, "run", str(spec), "--json").output)
