@@ -1,7 +1,7 @@
 """Whole commands, timed as a user times them: ``dcaudit audit`` / ``replay`` against plain pandas and
 polars scripts doing the same work (bench/peers/), each a fresh process under ``/usr/bin/time -v``
 (wall, user + system CPU, peak RSS). Rows go to bench/results/latest.parquet with engine
-``dcaudit-cli`` / ``pandas-script`` / ``polars-script``; ``ratio_vs_pandas`` is the pandas script's
+``dcaudit-cli`` / ``pandas-script`` / ``polars-script`` / ``duckdb-script``; ``ratio_vs_pandas`` is the pandas script's
 wall time over this row's, and settings carry CPU seconds, the CPU ratio and the command.
 
     .venv/bin/python bench/whole.py                 # Tox21 audit, replay, completion; JARVIS replay; 1e6, 1e7 audits
@@ -87,7 +87,10 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
             "pandas-script": [PY, str(peers / "audit_pandas.py"), tox, "--id", "mol_id", "--evidence", TOX21_NR,
                               "--claim-column", "SR-p53", "--out", str(out / "p")],
             "polars-script": [PY, str(peers / "audit_polars.py"), tox, "--id", "mol_id", "--evidence", TOX21_NR,
-                              "--claim-column", "SR-p53", "--out", str(out / "l")]},
+                              "--claim-column", "SR-p53", "--out", str(out / "l")],
+            # the floor on DuckDB: the audit with nothing around it (no input contract, findings or catalog)
+            "duckdb-script": [PY, str(peers / "audit_duckdb.py"), tox, "--id", "mol_id", "--evidence", TOX21_NR,
+                              "--claim-column", "SR-p53", "--out", str(out / "k")]},
         "whole:tox21_replay:100": {
             "dcaudit-cli": [DCAUDIT, "replay", tox, "--id", "mol_id", "--evidence", TOX21_NR, "--claim", '"SR-p53" = 1',
                             "--seeds", "100", "--min-support", "50", "--out", str(out / "dr"), "--force", "--no-report"],
@@ -101,14 +104,18 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
             "pandas-script": [PY, str(peers / "audit_pandas.py"), m6, "--id", "candidate_id", "--evidence", ev,
                               "--claim-column", "y", "--out", str(out / "pe")],
             "polars-script": [PY, str(peers / "audit_polars.py"), m6, "--id", "candidate_id", "--evidence", ev,
-                              "--claim-column", "y", "--out", str(out / "le")]},
+                              "--claim-column", "y", "--out", str(out / "le")],
+            "duckdb-script": [PY, str(peers / "audit_duckdb.py"), m6, "--id", "candidate_id", "--evidence", ev,
+                              "--claim-column", "y", "--out", str(out / "ke")]},
         "whole:audit_quantile20_1e6": {
             "dcaudit-cli": [DCAUDIT, "audit", m6, "--id", "candidate_id", "--evidence", "x", "--fiber-rule",
                             "quantile:20", "--claim", "r > 1.0", "--out", str(out / "dq"), "--force", "--no-report"],
             "pandas-script": [PY, str(peers / "audit_pandas.py"), m6, "--id", "candidate_id", "--evidence", "x",
                               "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "pq")],
             "polars-script": [PY, str(peers / "audit_polars.py"), m6, "--id", "candidate_id", "--evidence", "x",
-                              "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "lq")]},
+                              "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "lq")],
+            "duckdb-script": [PY, str(peers / "audit_duckdb.py"), m6, "--id", "candidate_id", "--evidence", "x",
+                              "--claim-column", "r", "--claim-gt", "1.0", "--quantile", "20", "--out", str(out / "kq")]},
         "whole:replay:10_1e6": {
             "dcaudit-cli": [DCAUDIT, "replay", m6, "--id", "candidate_id", "--evidence", ev, "--claim", "y = 1",
                             "--seeds", "10", "--min-support", "50", "--out", str(out / "dr6"), "--force", "--no-report"],
