@@ -57,7 +57,7 @@ from dcaudit.audits.evidence import EvidenceMap, evidence_select, parse_fiber_ru
 from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal, value_kind
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import duckdb_message, label_of, user_columns
+from dcaudit.inputs import ROW, duckdb_message, label_of
 from dcaudit.spec import AuditTask, check_keys, coerce_field, name_list, typed_fields
 from dcaudit.stage import StageContext, StageTables
 
@@ -217,7 +217,7 @@ def completion_curves(
     if overlap:
         raise SpecError(f"completion: probe(s) {overlap} are already evidence columns")
     available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    check_columns(config.probes, user_columns(con, relation), what="the completion probes")
+    check_columns(config.probes, [c for c in available if c != ROW], what="the completion probes")
     e, m, steps = len(evidence.columns), len(config.probes), config.n_steps
     # Complete cases over evidence + probes + claim; probes are binned by the evidence map's rule.
     emap = EvidenceMap(evidence.columns + config.probes, evidence.rule, "drop")

@@ -38,7 +38,7 @@ from dcaudit.audits.fibers import AuditLabels, FiberAudit
 from dcaudit.claims import Claim, check_columns, quote_identifier
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
-from dcaudit.inputs import user_columns
+from dcaudit.inputs import ROW
 from dcaudit.spec import AuditTask
 from dcaudit.stage import StageContext
 
@@ -72,7 +72,7 @@ def audit_mixed_kinds(
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window rule; label noise is split on partition fibers")
     available = [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
-    check_columns((identity_column,), user_columns(con, relation), what="the identity column")
+    check_columns((identity_column,), [c for c in available if c != ROW], what="the identity column")
     tag = next(_counter)
     src = f"_ln_src_{tag}"
     # A numbered copy: the evidence SELECT keeps only (id, keys, claim), so identity comes back by row number.

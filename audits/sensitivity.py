@@ -266,8 +266,7 @@ def section_options(raw: Mapping[str, Any]) -> SectionOptions:
         rules = ()
     else:
         rules = name_list(raw["rules"], "[sensitivity] rules")
-    if tolerances and not reference and any(str(t).strip().lower() == "mae" or str(t).strip().lower().startswith("q")
-                                            for t in tolerances):
+    if tolerances and not reference and any(parse_tolerance(t).kind != "fixed" for t in tolerances):
         raise SpecError("[sensitivity] tolerances mae and qNN are measured against a reference column; give "
                         "reference too")
     if reference and not tolerances:

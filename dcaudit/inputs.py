@@ -271,7 +271,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
                    text_columns: tuple[str, ...] = ()) -> RegisteredInput:
     text = str(path)
     name = label or text
-    literal = path.is_file() or (path.exists() and not path.is_dir())  # run[1].parquet is a name, not a glob
+    literal = path.exists() and not path.is_dir()  # run[1].parquet is a name, not a glob
     if any(ch in path.name for ch in "*?[") and not literal:
         if not path.name.lower().endswith(PARQUET_SUFFIXES):
             raise InputError("a glob must name Parquet files (e.g. data/*.parquet)", file=text)
@@ -542,11 +542,8 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
         return
     label = label_of(relation)
     q = quote_identifier(column)
-    order = f" ORDER BY {ROW}" if ROW in _columns(con, relation) else ""
-    row_sql = ROW if order else "NULL"
     try:
-        found = con.execute(f"SELECT {row_sql}, CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT NULL "
-                            f"AND TRY_CAST(CAST({q} AS VARCHAR) AS DOUBLE) IS NULL{order} LIMIT 1").fetchall()
+        found = first_non_number(con, relation, column)
         n_values = con.execute(f"SELECT count({q}) FROM {relation}").fetchall()[0][0]
     except duckdb.Error as exc:
         if machine_limit(exc):  # memory or spill disk, not the data: the run says so
@@ -557,7 +554,7 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
             raise InputError(f"the column has no values, so {why} has nothing to work on", file=label,
                              column=column)
         return  # text that all parses as numbers (e.g. a column read as text): DuckDB casts it
-    row, value = found[0]
+    row, value = found
     hint = ""
     if _THOUSANDS.match(value):  # 1,000 may be a thousands separator as well as a decimal comma: say both
         hint = ("; it looks like a thousands separator (or a decimal comma): write numbers with a decimal point "
@@ -567,6 +564,16 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
     holds = "text" if kind == "text" else f"{str(types.get(column, '')).lower() or 'other'} values"
     raise InputError(f"{why} needs numbers, but the column holds {holds}: {value[:40]!r}{hint}", file=label,
                      row=row, column=column)
+
+
+def first_non_number(con: duckdb.DuckDBPyConnection, relation: str, column: str) -> tuple[int | None, str] | None:
+    """(row, text) of the first value of ``column`` that does not read as a number (None: every value does);
+    the row is None for an input without row numbers."""
+    q = quote_identifier(column)
+    order = f" ORDER BY {ROW}" if ROW in _columns(con, relation) else ""
+    found = con.execute(f"SELECT {ROW if order else 'NULL'}, CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT "
+                        f"NULL AND TRY_CAST(trim(CAST({q} AS VARCHAR)) AS DOUBLE) IS NULL{order} LIMIT 1").fetchall()
+    return (found[0][0], found[0][1]) if found else None
 
 
 def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:

@@ -43,7 +43,6 @@ import dcaudit
 from dcaudit import defaults, findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
-from dcaudit.claims import quote_identifier
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
@@ -66,6 +65,7 @@ from dcaudit.inputs import (
     as_arrow,
     check_ids,
     column_types,
+    first_non_number,
     input_digests,
     label_of,
     line_breaks,
@@ -512,15 +512,9 @@ def _first_text_hint(message: str, ctx: StageContext | None) -> str:
         return ""
     column = match.group(2)
     for view in ctx.tables.values():
-        if column not in ctx.columns.get(view, ()):
-            continue
-        q = quote_identifier(column)
-        order = f"ORDER BY {ROW} " if ROW in column_types(ctx.con, view) else ""
-        found = ctx.con.execute(f"SELECT {ROW if order else 'NULL'}, CAST({q} AS VARCHAR) FROM {view} WHERE {q} IS NOT "
-                                f"NULL AND TRY_CAST(trim(CAST({q} AS VARCHAR)) AS DOUBLE) IS NULL {order}LIMIT 1"
-                                ).fetchall()
+        found = first_non_number(ctx.con, view, column) if column in ctx.columns.get(view, ()) else None
         if found:
-            row, value = found[0]
+            row, value = found
             where = f"row {row}" if row is not None else "a row"
             return f"; its first value that is not a number is {value[:40]!r} ({label_of(view)}, {where})"
     return ""
