@@ -367,20 +367,27 @@ def main() -> None:
     thread pools, freeing every module's objects) takes 0.1–0.5 s after the work and changes nothing a
     user can see. ``DCAUDIT_DEBUG=1`` keeps the normal exit (for tools that hook interpreter shutdown), and so
     does a process that loaded joblib's process pools."""
+    from dcaudit.launch import interrupted
+
     try:
-        cli(prog_name="dcaudit")
-        code = 0
+        # not standalone: click would turn a Ctrl-C while it parses the command line into "Aborted!", status 1
+        returned = cli.main(prog_name="dcaudit", standalone_mode=False)
+        code = returned if isinstance(returned, int) else 0  # an int only from ctx.exit(code): --help, --version
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            interrupted()
+        click.echo("Aborted!", err=True)  # end of input at a prompt
+        code = 1
+    except click.ClickException as exc:  # a usage error: click's message and status 2
+        exc.show()
+        code = exc.exit_code
     except SystemExit as exc:
         code = _exit_status(exc.code)
-    except KeyboardInterrupt:  # outside a command (click turns one during parsing into "Aborted!")
-        from dcaudit.launch import interrupted
-
+    except KeyboardInterrupt:  # outside a command
         interrupted()
     try:
         _finish(code)
     except KeyboardInterrupt:  # while waiting for threads or running exit handlers: the work is done
-        from dcaudit.launch import interrupted
-
         interrupted()
 
 

@@ -69,7 +69,7 @@ _PACKAGE = _compose(
 @_TABLE
 @_RULE
 @_MISSING
-@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
+@click.option("--min-support", type=click.IntRange(min=1, max=defaults.MAX_SUPPORT), default=defaults.MIN_SUPPORT, show_default=True,
               help="Pure fibers smaller than this are 'unsupported' rather than certified.")
 @_PACKAGE
 @_ENGINE
@@ -105,7 +105,7 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
 @_RULE
 @_MISSING
 @_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a fiber (or window) needs "
+@click.option("--min-support", type=click.IntRange(min=1, max=defaults.MAX_SUPPORT), help="Calibration members a fiber (or window) needs "
               f"before it can certify (default {defaults.MIN_SUPPORT_FIBERS} for fibers, "
               f"{defaults.MIN_SUPPORT_WINDOWS} for --tolerance windows).")
 @click.option("--mode", type=click.Choice(defaults.REPLAY_MODES), help="exact (default): pure "
@@ -160,7 +160,7 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
               "comma-separated (or repeat the option; double-quote a name that holds a comma).")
 @_RULE
 @_SPLITS
-@click.option("--min-support", type=click.IntRange(min=1), help="Calibration members a pure fiber needs before "
+@click.option("--min-support", type=click.IntRange(min=1, max=defaults.MAX_SUPPORT), help="Calibration members a pure fiber needs before "
               f"it certifies (default {defaults.COMPLETION_MIN_SUPPORT}).")
 @click.option("--policies", help=f"Probe-selection policies, comma-separated (default: all of "
               f"{', '.join(defaults.COMPLETION_POLICIES)}).")
@@ -217,7 +217,7 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
 @click.option("--tolerances", help="Tolerance windows too, comma-separated: widths (0.05), 'mae' or 'q80' "
               "(against --reference).")
 @click.option("--reference", help="Reference column for mae / qNN tolerances.")
-@click.option("--min-support", type=click.IntRange(min=1), default=defaults.MIN_SUPPORT, show_default=True,
+@click.option("--min-support", type=click.IntRange(min=1, max=defaults.MAX_SUPPORT), default=defaults.MIN_SUPPORT, show_default=True,
               help="Members a pure fiber (or window) needs to be certified.")
 @_PACKAGE
 @click.pass_obj

@@ -20,6 +20,7 @@ DUPLICATES_CHOICES: Final = ("error", "keep")
 FIBER_RULE = "exact"
 MISSING = "drop"              # complete cases; "as-value" makes missing (and NaN, ±inf) a value of its own
 MIN_SUPPORT = 1               # pure fibers smaller than this are "unsupported"
+MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count
 DUPLICATES: Final = "error"       # repeated candidate ids; "keep" audits each row and reports them as findings
 
 # Held-out replays

@@ -212,7 +212,7 @@ def name_list(value: object, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-MAX_SUPPORT = 2**53  # support counts are BIGINT in every package; larger numbers are a typo, not a count
+MAX_SUPPORT = defaults.MAX_SUPPORT
 
 
 def check_support(value: int, where: str) -> int:

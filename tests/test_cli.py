@@ -213,11 +213,12 @@ def test_console_script_exit_status_and_output(tmp_path: Path) -> None:
 
 
 
-@pytest.mark.parametrize("where", ["import", "exit"])
+@pytest.mark.parametrize("where", ["import", "parse", "exit"])
 def test_an_interrupt_while_loading_or_exiting_is_one_line_and_status_130(tmp_path: Path, where: str) -> None:
-    """Ctrl-C while the console script imports the CLI (its first ~0.3 s), or after the command while the
-    process waits for threads and runs its exit handlers: the line "interrupted" and status 130, as during a
-    command, never a traceback. The interrupt is raised deterministically by the child itself."""
+    """Ctrl-C while the console script imports the CLI (its first ~0.3 s), while click parses the command
+    line (click alone would say "Aborted!", status 1), or after the command while the process waits for
+    threads and runs its exit handlers: the line "interrupted" and status 130, as during a command, never a
+    traceback. The interrupt is raised deterministically by the child itself."""
     import subprocess
     import sys
 
@@ -233,6 +234,11 @@ def test_an_interrupt_while_loading_or_exiting_is_one_line_and_status_130(tmp_pa
                 "            raise KeyboardInterrupt\n"
                 "sys.meta_path.insert(0, Stop())\n"
                 "from dcaudit.launch import main\nsys.argv = ['dcaudit', '--version']\nmain()\n")
+    elif where == "parse":  # ... while click parses the options of the command
+        code = ("import sys, click\n"
+                "def stop(self, ctx, args):\n    raise KeyboardInterrupt\n"
+                "click.Command.parse_args = stop\n"
+                "from dcaudit.launch import main\nsys.argv = ['dcaudit', 'runs', '--limit', '3']\nmain()\n")
     else:  # ... while the exit handlers run, after the command printed its output
         code = ("import atexit, os, signal, sys, time\nfrom dcaudit.launch import main\n"
                 "def stop():\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(5)\n"
@@ -377,3 +383,15 @@ def test_a_closed_stderr_pipe_silences_the_console_without_ending_the_run() -> N
     console = StderrConsole()
     console.on_broken_pipe()  # rich's default raises SystemExit: the run was recorded as failed
     assert console.quiet
+
+
+@pytest.mark.parametrize("command", ["audit", "replay", "complete", "sensitivity"])
+def test_a_min_support_beyond_any_count_names_the_option(env: dict[str, str], bench_csv: Path, command: str) -> None:
+    """--min-support above 2^53 (a typo, not a count) is the option's usage error, not the Python API's wording
+    (``dcaudit.audit(): audits[0]: ...``) that a command-line user never wrote."""
+    extra = ["--probes", "pred"] if command == "complete" else []
+    evidence = "pred" if command == "sensitivity" else "score bin"
+    result = invoke(env, command, str(bench_csv), "--id", "compound", "--evidence", evidence, "--claim", "active = 1",
+                    "--min-support", str(2**53 + 1), *extra)
+    assert result.exit_code == 2
+    assert "'--min-support'" in result.output and "audits[0]" not in result.output
