@@ -415,7 +415,6 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
 
 
 _EXACT_DOUBLE = 2.0**53  # every integer up to this is a double exactly; above it doubles skip integers
-_INTEGER_TEXT = re.compile(r"^\s*[-+]?\d+\s*$")
 
 
 def _exact_integer_types(path: Path, opts: _CsvOptions, table: pa.Table, block: int | None) -> dict[str, pa.DataType]:
@@ -437,12 +436,41 @@ def _exact_integer_types(path: Path, opts: _CsvOptions, table: pa.Table, block: 
     text = _arrow_csv(path, opts, {c: pa.string() for c in big}, include=big, block=block)
     out: dict[str, pa.DataType] = {}
     for name in big:
-        tokens = [t for t in text.column(name).to_pylist() if t is not None]
-        integers = [t for t in tokens if _INTEGER_TEXT.match(t)]
-        if any(float(t) != int(t) for t in integers if abs(int(t)) >= _EXACT_DOUBLE):
-            fits = len(integers) == len(tokens) and all(len(t.strip().lstrip("+-")) <= 38 for t in tokens)
-            out[name] = pa.decimal128(38, 0) if fits else pa.string()
+        kept = exact_integer_type(text.column(name))
+        if kept is not None:
+            out[name] = kept
     return out
+
+
+def exact_integer_type(tokens: pa.ChunkedArray | pa.Array) -> pa.DataType | None:
+    """For a CSV column's text: DECIMAL(38, 0) when some integer in it beyond 2^53 is not a double exactly
+    and every value is an integer of at most 38 digits, the text itself when some are not, None when a
+    double holds every integer of the column exactly.
+
+    Vectorised (a Python loop took ~1 s per million values): an integer is a double exactly when its odd
+    part (the integer over its largest power-of-two divisor) is below 2^53 — a test on uint64 for up to 19
+    digits; the rare longer ones are compared one by one."""
+    import numpy as np
+    import pyarrow.compute as pc  # ~0.09 s to import: only a column this large gets here
+
+    values = pc.utf8_trim_whitespace(pc.drop_null(tokens))
+    unsigned = pc.utf8_ltrim(values, characters="+-")
+    width = np.asarray(pc.utf8_length(unsigned), dtype=np.int64)
+    signs = np.asarray(pc.utf8_length(values), dtype=np.int64) - width
+    is_integer = np.asarray(pc.ascii_is_decimal(unsigned), dtype=bool) & (signs <= 1)  # [-+]?[0-9]+
+    # below 16 characters every integer is < 2^53; up to 19 (leading zeros included) it fits a uint64
+    mid = is_integer & (width >= 16) & (width <= 19)
+    n = np.asarray(pc.cast(pc.filter(unsigned, pa.array(mid)), pa.uint64()), dtype=np.uint64)
+    n = n[n >= np.uint64(2**53)]
+    odd = n // (n & (~n + np.uint64(1)))  # n over its lowest set bit
+    rounded = bool((odd >= np.uint64(2**53)).any())
+    if not rounded:
+        longer = pc.filter(values, pa.array(is_integer & (width > 19))).to_pylist()
+        rounded = any(float(t) != int(t) for t in longer)
+    if not rounded:
+        return None
+    fits = bool(is_integer.all()) and (len(width) == 0 or int(width.max()) <= 38)
+    return pa.decimal128(38, 0) if fits else pa.string()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import dcaudit
 from dcaudit.cli import cli
@@ -721,3 +723,36 @@ def test_binned_rules_refuse_integers_a_double_cannot_tell_apart(tmp_path: Path)
     for rule in ("width:1", "quantile:3"):
         with pytest.raises(InputError, match=r"9007199254740992 is beyond 2\^53.*row 2"):
             dcaudit.audit(f, evidence=["e"], claim="y = 1", fiber_rule=rule, report=False)
+
+
+def _exact_integer_type_reference(tokens: list[str | None]) -> str | None:
+    """The plain-Python definition: which type keeps a CSV column's integers beyond 2^53 exact."""
+    import re
+
+    values = [t.strip() for t in tokens if t is not None]
+    integers = [t for t in values if re.fullmatch(r"[-+]?[0-9]+", t)]
+    if not any(float(t) != int(t) for t in integers if abs(int(t)) >= 2**53):
+        return None
+    fits = len(integers) == len(values) and all(len(t.lstrip("+-")) <= 38 for t in values)
+    return "decimal" if fits else "text"
+
+
+# any magnitude, the neighbours of 2^53, and exact doubles far beyond it (an odd part below 2^53 times 2^k)
+_BIG = st.one_of(st.integers(-(2**70), 2**70), st.integers(2**53 - 4, 2**53 + 4),
+                 st.builds(lambda odd, k: odd * 2**k, st.integers(-(2**53), 2**53), st.integers(0, 20)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_BIG.map(str), _BIG.map(lambda v: f"+{v:025d}" if v >= 0 else f"-{-v:025d}"),
+                          st.just("1.5"), st.just("1e20"), st.none()), min_size=1, max_size=12))
+@example(["9007199254740993"]).via("16 digits")
+@example(["12345678901234567890", "7"]).via("20 digits")
+@example(["-000000000000000000000000000000000000001", "9007199254740993"]).via("39 characters")
+def test_exact_integer_type_agrees_with_the_plain_python_definition(tokens: list[str | None]) -> None:
+    """The vectorised test (odd part below 2^53 on uint64, longer integers one by one) gives the type the
+    plain-Python comparison float(t) != int(t) gives, signs, leading zeros and powers of two included."""
+    from dcaudit.inputs import exact_integer_type
+
+    got = exact_integer_type(pa.array(tokens, pa.string()))
+    want = _exact_integer_type_reference(tokens)
+    assert {None: None, "decimal": pa.decimal128(38, 0), "text": pa.string()}[want] == got
