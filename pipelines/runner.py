@@ -66,6 +66,7 @@ from dcaudit.inputs import (
     check_ids,
     column_types,
     first_non_number,
+    id_spellings,
     input_digests,
     label_of,
     line_breaks,
@@ -706,6 +707,13 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
         ctx.findings.append(found)
         ctx.notes.append(f"{found.num_rows} candidate id(s) repeat in {label_of(view)}; kept, each row audited "
                          "as a candidate (findings.parquet lists them)")
+    spelled = id_spellings(ctx.con, view, ctx.spec.id_column, source=ctx.source)
+    if spelled is not None:
+        ctx.findings.append(spelled)
+        ctx.notes.append(f"{spelled.num_rows} group(s) of candidate ids in {label_of(view)} differ only by "
+                         f"surrounding white space or Unicode normalisation (the first: "
+                         f"{spelled['candidate_id'][0].as_py()[:40]!r}); each spelling is a candidate of its own "
+                         "(findings.parquet lists them)")
 
 
 def check_evidence_text(ctx: StageContext, view: str, task: AuditTask) -> None:
