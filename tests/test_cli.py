@@ -395,3 +395,14 @@ def test_a_min_support_beyond_any_count_names_the_option(env: dict[str, str], be
                     "--min-support", str(2**53 + 1), *extra)
     assert result.exit_code == 2
     assert "'--min-support'" in result.output and "audits[0]" not in result.output
+
+
+def test_a_gate_that_could_never_hold_stops_before_the_run(env: dict[str, str], bench_csv: Path, tmp_path: Path) -> None:
+    """--fail-if comparing a text column with a number is found when parsed: exit 2 and no run recorded
+    (it was found on the summary after the run, which was then recorded as succeeded)."""
+    result = invoke(env, "audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim",
+                    "active = 1", "--no-report", "--fail-if", "claim > 1")
+    assert result.exit_code == 2 and "compares column 'claim' (text) with 1 (number)" in result.output
+    home = tmp_path / "home"
+    assert not (home / "records").exists() or not any((home / "records").iterdir())
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

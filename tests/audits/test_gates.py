@@ -54,12 +54,25 @@ def test_null_and_division_by_zero_do_not_fail_but_are_reported() -> None:
     ("ambiguous_fraction + 1", "not true/false"),
     ("", "empty"),
     ("n_candidates > (1", "expected"),
+    # gates that could never be evaluated on a summary row: found when parsed, before any run is recorded
+    ("claim > 1", "compares column 'claim' \\(text\\) with 1 \\(number\\)"),
+    ("certified_fraction > 'a'", "compares column 'certified_fraction' \\(number\\)"),
+    ("certified_fraction + claim > 1", "arithmetic \\(\\+\\) on column 'claim' \\(text\\)"),
+    ("-source < 0", "arithmetic"),
+    ("not n_candidates", "not needs true/false"),
+    ("ambiguous_fraction > 0.2 and n_candidates", "and needs true/false"),
 ])
 def test_bad_gates_are_one_line_errors(text: str, match: str) -> None:
     with pytest.raises(ClaimError, match=match) as info:
         parse_gate(text)
     assert "\n" not in str(info.value)
-    assert "claim" not in str(info.value).split(":")[0]
+    assert not str(info.value).startswith("claim")  # worded as a gate, not as a claim
+
+
+@pytest.mark.parametrize("text", ["claim = 'y = 1' and ambiguous_fraction > 0.2", "not (n_fibers > 3) or model = 'm'",
+                                  "n_candidates = true", "-certified_fraction < -0.5"])
+def test_gates_of_matching_kinds_parse(text: str) -> None:
+    assert parse_gate(text).text == text
 
 
 def test_only_summary_columns() -> None:
