@@ -437,10 +437,22 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     columns = evidence_list(evidence if evidence is not None else [])
     if len(columns) != 1:
         raise SpecError(f"sensitivity needs one numeric evidence column, got {len(columns)}: {', '.join(columns)}")
-    spec = _spec(data, evidence=columns, claim=claim, id=id, fiber_rule="exact", min_support=min_support,
-                 missing="drop", duplicates=duplicates, sections={"sensitivity": section}, name=name,
-                 origin="dcaudit.sensitivity()")
+    spec = _spec(data, evidence=columns, claim=claim, id=id, fiber_rule=_summary_rule(section.get("rules")),
+                 min_support=min_support, missing="drop", duplicates=duplicates, sections={"sensitivity": section},
+                 name=name, origin="dcaudit.sensitivity()")
     return _execute(spec, data, settings, record=record, out=out, force=force, quiet=quiet, report=report)
+
+
+def _summary_rule(rules: Sequence[str] | None) -> str:
+    """The fiber rule of the audit in a sensitivity package's summary: the first binned rule compared (its
+    summary row is that rule's sensitivity row), else the default binned one. The exact rule would make every
+    candidate of a numeric column a fiber of its own, all certified: a summary row that says nothing."""
+    from dcaudit.evidence_map import parse_fiber_rule
+
+    for rule in rules if rules is not None else defaults.SENSITIVITY_RULES:
+        if isinstance(rule, str) and parse_fiber_rule(rule).kind in ("quantile", "width"):
+            return rule
+    return defaults.SENSITIVITY_SUMMARY_RULE
 
 
 def run(spec: str | Path, *, force: bool = False, settings: Settings | None = None, quiet: bool = True,

@@ -52,6 +52,7 @@ TIE_BREAK = "entropy"         # or "first" / "last" listed probe
 
 # Sensitivity to the fiber resolution
 SENSITIVITY_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", "knn:25", "knn:50", "knn:100")
+SENSITIVITY_SUMMARY_RULE = "quantile:20"  # the summary's audit when only window rules are compared
 
 
 def replay_min_support(*, windowed: bool) -> int:

@@ -253,6 +253,13 @@ def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
                           "y": [int(i > n / 2 or i % 7 == 0) for i in range(n)]})
     sens = dcaudit.sensitivity(frame, evidence="x", claim="y = 1", id="id", rules=["quantile:4", "knn:10"])
     assert sens.sensitivity["fiber_rule"].to_list() == ["quantile:4", "knn:10"]
+    # the summary is the first binned rule's audit (its sensitivity row), not the exact rule's (every
+    # candidate of a numeric column a certified fiber of its own); with only windows, the default quantile:20
+    first = sens.sensitivity.row(0, named=True)
+    assert sens.summary.select("fiber_rule", "n_fibers", "certified_fraction").row(0) == \
+        ("quantile:4", first["n_fibers"], first["certified_fraction"])
+    windows = dcaudit.sensitivity(frame, evidence="x", claim="y = 1", id="id", rules=["knn:10"])
+    assert windows.summary["fiber_rule"].to_list() == ["quantile:20"]
     done = dcaudit.complete(frame, evidence="p", claim="y = 1", probes=["q", "x"], id="id", seeds=3,
                             policies=["response_rank", "random"], random_draws=2)
     steps = done.completion.filter(pl.col("seed").is_null())
