@@ -397,6 +397,9 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
             exact = _exact_integer_types(path, opts, table, block)
             if exact:  # read again with integers a double would round kept exact
                 table = _arrow_csv(path, opts, as_text | temporal | exact, block=block)
+            hexed = _hex_integer_columns(path, opts, table, block)
+            if hexed:  # read again with those columns as the file's text
+                table = _arrow_csv(path, opts, as_text | temporal | exact | hexed, block=block)
             break
         except (pa.ArrowInvalid, OSError, EOFError) as exc:
             if "straddling" in str(exc) and block != _BLOCK_SIZES[-1]:
@@ -471,6 +474,34 @@ def exact_integer_type(tokens: pa.ChunkedArray | pa.Array) -> pa.DataType | None
         return None
     fits = bool(is_integer.all()) and (len(width) == 0 or int(width.max()) <= 38)
     return pa.decimal128(38, 0) if fits else pa.string()
+
+
+def _hex_integer_columns(path: Path, opts: _CsvOptions, table: pa.Table, block: int | None) -> dict[str, pa.DataType]:
+    """Column -> text, for integer columns in which pyarrow read a hexadecimal spelling (``0x1A``) as a number.
+
+    pyarrow (and DuckDB) parse ``0x1A`` as 26, so ``0x1A`` and ``26`` would be one exact fiber value, and a
+    column of hex codes would be numbers nobody wrote; pandas and polars read such a column as text, and so
+    does dcaudit. The file is searched for an ``x`` first (a few ms for 30 MB), so only a file that has one
+    pays for reading its integer columns again as text."""
+    integers = [f.name for f in table.schema if pa.types.is_integer(f.type)]
+    if not integers or not _mentions_hex(path):
+        return {}
+    import pyarrow.compute as pc
+
+    text = _arrow_csv(path, opts, {c: pa.string() for c in integers}, include=integers, block=block)
+    return {c: pa.string() for c in integers if pc.any(pc.match_substring_regex(text.column(c), "^0[xX]")).as_py()}
+
+
+def _mentions_hex(path: Path) -> bool:
+    """Whether the file's bytes hold ``0x`` or ``0X`` anywhere (a byte search for x, then for the pair)."""
+    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")  # noqa: SIM115
+    with raw:
+        tail = b""
+        for chunk in iter(lambda: raw.read(1 << 22), b""):
+            part, tail = tail + chunk, chunk[-1:]
+            if (part.find(b"x") >= 0 or part.find(b"X") >= 0) and (b"0x" in part or b"0X" in part):
+                return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -304,6 +304,24 @@ def test_csv_integers_a_double_would_round_stay_exact(tmp_path: Path, values: li
     assert r.summary["n_fibers"].to_list() == [len(values)]
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_csv_hexadecimal_spellings_stay_text(tmp_path: Path, suffix: str) -> None:
+    """pyarrow reads 0x1A as the integer 26: such a column is read as the file's text (as pandas and polars
+    read it), so 0x1A and 26 stay two exact fiber values, and a column with an x elsewhere stays numbers."""
+    from dcaudit.inputs import read_csv
+
+    text = "id,h,n,y\n" + "".join(f"r{i},{v},{i},{i % 2}\n" for i, v in enumerate(["0x1A", "26", "0X10", "16"]))
+    f = tmp_path / f"hex{suffix}"
+    f.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    table = read_csv(f)
+    assert table.schema.field("h").type == pa.string() and table.column("h").to_pylist()[:2] == ["0x1A", "26"]
+    assert table.schema.field("n").type == pa.int64()
+    r = dcaudit.audit(f, evidence="h", claim="y = 1", id="id")
+    assert r.summary["n_fibers"].to_list() == [4]
+    plain = write_csv(tmp_path / "x.csv", "id,note,n\na,xyz,1\nb,0,2\n")  # an x, but no 0x: one read
+    assert read_csv(plain).schema.field("n").type == pa.int64()
+
+
 def test_csv_text_stays_as_written(tmp_path: Path) -> None:
     """Dates and timestamps stay the file's text; only an empty field is NULL ("NA" is text, as in polars);
     a quoted value may span lines; a column with no value at all is text; column names are the header's."""
