@@ -450,8 +450,11 @@ def _summary_rule(rules: Sequence[str] | None) -> str:
     from dcaudit.evidence_map import parse_fiber_rule
 
     for rule in rules if rules is not None else defaults.SENSITIVITY_RULES:
-        if isinstance(rule, str) and parse_fiber_rule(rule).kind in ("quantile", "width"):
-            return rule
+        try:
+            if isinstance(rule, str) and parse_fiber_rule(rule).kind in ("quantile", "width"):
+                return rule
+        except SpecError:
+            continue  # the sensitivity section says what is wrong with its rules, in its own words
     return defaults.SENSITIVITY_SUMMARY_RULE
 
 
