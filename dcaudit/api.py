@@ -445,16 +445,22 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
 
 def _summary_rule(rules: Sequence[str] | None) -> str:
     """The fiber rule of the audit in a sensitivity package's summary: the first binned rule compared (its
-    summary row is that rule's sensitivity row), else the default binned one. The exact rule would make every
-    candidate of a numeric column a fiber of its own, all certified: a summary row that says nothing."""
+    summary row is that rule's sensitivity row), else ``exact`` when that is compared, else the default
+    binned one. Exact fibers of a numeric column would make every candidate a fiber of its own, all
+    certified: a summary row that says nothing, unless exact is what is asked for."""
     from dcaudit.evidence_map import parse_fiber_rule
 
+    kinds: list[tuple[str, str]] = []
     for rule in rules if rules is not None else defaults.SENSITIVITY_RULES:
         try:
-            if isinstance(rule, str) and parse_fiber_rule(rule).kind in ("quantile", "width"):
-                return rule
+            if isinstance(rule, str):
+                kinds.append((parse_fiber_rule(rule).kind, rule))
         except SpecError:
             continue  # the sensitivity section says what is wrong with its rules, in its own words
+    for wanted in (("quantile", "width"), ("exact",)):
+        chosen = next((rule for kind, rule in kinds if kind in wanted), None)
+        if chosen is not None:
+            return chosen
     return defaults.SENSITIVITY_SUMMARY_RULE
 
 

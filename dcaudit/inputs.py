@@ -489,7 +489,7 @@ def _hex_integer_columns(path: Path, opts: _CsvOptions, table: pa.Table, block: 
     import pyarrow.compute as pc
 
     text = _arrow_csv(path, opts, {c: pa.string() for c in integers}, include=integers, block=block)
-    return {c: pa.string() for c in integers if pc.any(pc.match_substring_regex(text.column(c), "^0[xX]")).as_py()}
+    return {c: pa.string() for c in integers if pc.any(pc.match_substring_regex(text.column(c), r"^\s*0[xX]")).as_py()}
 
 
 def _mentions_hex(path: Path) -> bool:
@@ -678,6 +678,9 @@ def statistics_off(con: duckdb.DuckDBPyConnection) -> bool:
 # numbers, which as doubles they are not), else as a double
 _NUMBER_KEY = ("coalesce(CAST(TRY_CAST(trim({q}) AS DECIMAL(38, 18)) AS VARCHAR), "
                "CAST(TRY_CAST(trim({q}) AS DOUBLE) AS VARCHAR))")
+# A text value that reads as a finite number; "nan" and "inf" count as text: in a text column they are fiber
+# values of their own, not the NaN or infinity a number column would exclude
+_FINITE = "CASE WHEN isfinite(TRY_CAST(trim({q}) AS DOUBLE)) THEN TRY_CAST(trim({q}) AS DOUBLE) END"
 MIXED_TEXT_KIND = "evidence_numbers_and_text"
 SPELLINGS_KIND = "evidence_number_spellings"
 
@@ -701,7 +704,7 @@ def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str,
                {'arg_min(v, r)' if ROW in types else 'min(v)'} FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
                {'arg_min(i, r)' if ROW in types else 'min(i)'} FILTER (WHERE d IS NULL),
                count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT k) FILTER (WHERE d IS NOT NULL)
-        FROM (SELECT {q} AS v, TRY_CAST(trim({q}) AS DOUBLE) AS d, {_NUMBER_KEY.format(q=q)} AS k, {row} AS r,
+        FROM (SELECT {q} AS v, {_FINITE.format(q=q)} AS d, {_NUMBER_KEY.format(q=q)} AS k, {row} AS r,
                      {ident} AS i
               FROM {relation} WHERE {q} IS NOT NULL)""").fetchall()[0]
     n_numbers, n_text, value, first_row, candidate, spellings, numbers = found
@@ -836,19 +839,37 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
     q = quote_identifier(id_column)
     pad = quote_string(_ID_PADDING)
     # Only an id with a non-ASCII character (strlen counts bytes, length characters) or ASCII white space at
-    # an end can have another spelling: one scan finds them (~0.04 s a million ids; trimming each 0.1 s)
+    # an end can have another spelling: one scan finds them (~0.04-0.06 s a million ids). Each such id then
+    # costs a trim and a normalisation (~0.3-0.5 s a million when every id is one).
     ends = " OR ".join(f"{f}({q}, {quote_string(c)})" for f in ("starts_with", "ends_with") for c in " \t\r\n")
     suspect = f"(strlen({q}) <> length({q}) OR {ends})"
-    if not con.execute(f"SELECT count(*) FROM {relation} WHERE {suspect}").fetchall()[0][0]:
+    n_suspect, n_ids = con.execute(f"SELECT count(*) FILTER (WHERE {suspect}), count({q}) FROM {relation}").fetchall()[0]
+    if not n_suspect:
         return None
-    row = f"min({ROW})" if ROW in _columns(con, relation) else "NULL::BIGINT"
-    order = f"{ROW}" if ROW in _columns(con, relation) else q
-    found = con.sql(f"""
-        SELECT nfc_normalize(trim({q}, {pad})) AS k, count(DISTINCT {q}) AS n, {row} AS first_row,
-               list(DISTINCT {q} ORDER BY {q})[1:3] AS shown, arg_min({q}, {order}) AS first_id
-        FROM {relation} WHERE {q} IS NOT NULL AND k IN (SELECT nfc_normalize(trim({q}, {pad})) FROM {relation}
-                                                        WHERE {suspect})
-        GROUP BY k HAVING count(DISTINCT {q}) > 1 ORDER BY first_row NULLS LAST, k""").fetchall()
+    row = ROW if ROW in _columns(con, relation) else "NULL::BIGINT"
+    key = f"nfc_normalize(trim({q}, {pad}))"
+    # Keys shared by two ids: among the suspect ids, or a suspect's key
+    # that another id spells as it is (an id without padding or non-ASCII characters is its own key). Only
+    # those keys are then grouped with their rows, so ids in normal form cost one normalisation each.
+    shared = f"""
+        WITH s AS MATERIALIZED (SELECT {q} AS id, {key} AS k FROM {relation} WHERE {suspect})
+        SELECT k FROM s GROUP BY k HAVING count(DISTINCT id) > 1"""
+    if n_suspect < n_ids:  # ids that are their own key exist: one may be another's key
+        shared += f" UNION SELECT s.k FROM s JOIN {relation} o ON o.{q} = s.k WHERE s.id <> s.k"
+    keys = "_id_spellings_keys"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {keys} AS {shared}")
+    try:
+        if not con.execute(f"SELECT count(*) FROM {keys}").fetchall()[0][0]:
+            return None
+        found = con.execute(f"""
+            SELECT k, count(DISTINCT id) AS n, min(r) AS first_row, list(DISTINCT id ORDER BY id)[1:3] AS shown,
+                   arg_min(id, {'r' if row == ROW else 'id'}) AS first_id
+            FROM (SELECT {q} AS id, CASE WHEN {suspect} THEN {key} ELSE {q} END AS k, {row} AS r
+                  FROM {relation} WHERE {q} IS NOT NULL)
+            WHERE k IN (SELECT k FROM {keys})
+            GROUP BY k ORDER BY first_row NULLS LAST, k""").fetchall()
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {keys}")
     if not found:
         return None
     from dcaudit import arrays
@@ -866,11 +887,12 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
 
 
 def _spellings(values: list[str]) -> str:
-    """Spellings of one id for a message, escaped where two would print alike (é, and e with an accent)."""
+    """Spellings of one id for a message, escaped when one is not in Unicode normal form (é as e with an
+    accent prints like é)."""
     import unicodedata
 
-    alike = len({unicodedata.normalize("NFC", v) for v in values}) < len(values)
-    return ", ".join(ascii(v[:40]) if alike else repr(v[:40]) for v in values)
+    escape = any(unicodedata.normalize("NFC", v) != v for v in values)
+    return ", ".join(ascii(v[:40]) if escape else repr(v[:40]) for v in values)
 
 
 def require_id_column(id_column: str, columns: Iterable[str], label: str, hint: str = "") -> None:

@@ -260,6 +260,10 @@ def test_sensitivity_and_complete_through_the_api(tmp_path: Path) -> None:
         ("quantile:4", first["n_fibers"], first["certified_fraction"])
     windows = dcaudit.sensitivity(frame, evidence="x", claim="y = 1", id="id", rules=["knn:10"])
     assert windows.summary["fiber_rule"].to_list() == ["quantile:20"]
+    # exact, when compared, is the summary's rule if no binned one is: a text column then audits as before
+    letters = frame.with_columns(t=pl.Series([("a", "b", "c")[i % 3] for i in range(n)]))
+    exact = dcaudit.sensitivity(letters, evidence="t", claim="y = 1", id="id", rules=["exact"])
+    assert exact.summary.select("fiber_rule", "n_fibers").row(0) == ("exact", 3)
     done = dcaudit.complete(frame, evidence="p", claim="y = 1", probes=["q", "x"], id="id", seeds=3,
                             policies=["response_rank", "random"], random_draws=2)
     steps = done.completion.filter(pl.col("seed").is_null())

@@ -304,13 +304,23 @@ def test_csv_integers_a_double_would_round_stay_exact(tmp_path: Path, values: li
     assert r.summary["n_fibers"].to_list() == [len(values)]
 
 
+def test_nan_beside_integers_a_double_would_round_is_reported(tmp_path: Path) -> None:
+    """A column of integers beyond 2^53 with a nan (or inf) is read as text to keep the integers exact; the
+    nan is then a fiber value of its own, not the excluded NaN of a number column: that is reported."""
+    f = write_csv(tmp_path / "n.csv", "e,y\n9007199254740993,0\nnan,1\n9007199254740992,0\n")
+    r = dcaudit.audit(f, evidence="e", claim="y = 1")
+    found = r.findings.select("kind", "row").rows()
+    assert found == [("evidence_numbers_and_text", 2)] and "'nan'" in r.findings["detail"][0]
+    assert r.summary["n_fibers"].to_list() == [3]
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
 def test_csv_hexadecimal_spellings_stay_text(tmp_path: Path, suffix: str) -> None:
     """pyarrow reads 0x1A as the integer 26: such a column is read as the file's text (as pandas and polars
     read it), so 0x1A and 26 stay two exact fiber values, and a column with an x elsewhere stays numbers."""
     from dcaudit.inputs import read_csv
 
-    text = "id,h,n,y\n" + "".join(f"r{i},{v},{i},{i % 2}\n" for i, v in enumerate(["0x1A", "26", "0X10", "16"]))
+    text = "id,h,n,y\n" + "".join(f"r{i},{v},{i},{i % 2}\n" for i, v in enumerate(["0x1A", "26", " 0X10", "16"]))
     f = tmp_path / f"hex{suffix}"
     f.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
     table = read_csv(f)
@@ -318,6 +328,8 @@ def test_csv_hexadecimal_spellings_stay_text(tmp_path: Path, suffix: str) -> Non
     assert table.schema.field("n").type == pa.int64()
     r = dcaudit.audit(f, evidence="h", claim="y = 1", id="id")
     assert r.summary["n_fibers"].to_list() == [4]
+    padded = write_csv(tmp_path / "padded.csv", "id,h\na, 0x1A\nb,26\n")  # pyarrow trims the space and reads 26
+    assert read_csv(padded).column("h").to_pylist() == [" 0x1A", "26"]
     plain = write_csv(tmp_path / "x.csv", "id,note,n\na,xyz,1\nb,0,2\n")  # an x, but no 0x: one read
     assert read_csv(plain).schema.field("n").type == pa.int64()
 
