@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dcaudit.claims import _BOOLEAN_KINDS, Node, _columns, _Parser, check_columns
+from dcaudit.claims import _BOOLEAN_KINDS, Node, _columns, _Parser, _typed, check_columns
 from dcaudit.errors import ClaimError
 
 # The summary columns of docs/package.md (the fiber audit's summary row); a gate may name only these.
@@ -92,57 +92,23 @@ def parse_gate(text: str, columns: Iterable[str] | None = None) -> Gate:
                       what=f"gate {text.strip()!r}")
     except ClaimError as exc:
         raise ClaimError(str(exc).replace("available columns", "summary columns")) from None
-    _check_kinds(tree, text.strip(), _summary_kinds())
+    _check_kinds(tree, text.strip(), names)
     return Gate(text.strip(), tree, names)
 
 
-_KIND_OF_TYPE = {"VARCHAR": "text", "BIGINT": "number", "DOUBLE": "number", "BOOLEAN": "true/false"}
-
-
-def _summary_kinds() -> dict[str, str]:
-    """Summary column -> ``number`` / ``text`` / ``true/false``, from the package's declared schema."""
+def _check_kinds(tree: Node, text: str, names: Sequence[str]) -> None:
+    """A ClaimError where the gate could never be evaluated on a summary row — text in arithmetic or
+    compared with a number, ``not`` / ``and`` / ``or`` on a number — by the claims' own type rules over the
+    summary's declared types, so it is found before any run, not after it. A gate naming columns beyond the
+    declared ones (a table's own) is left to evaluation."""
     from dcaudit.storage import TABLE_SCHEMAS
 
-    return {c: _KIND_OF_TYPE[t] for c, t in TABLE_SCHEMAS["summary"].items() if t in _KIND_OF_TYPE}
-
-
-def _check_kinds(node: Node, text: str, kinds: Mapping[str, str]) -> str | None:
-    """The kind of ``node``'s value (None: not known, a column beyond the summary's declared ones), or a
-    ClaimError where the gate could never be evaluated — text in arithmetic or compared with a number,
-    ``not`` / ``and`` / ``or`` on something that is not true/false — found before any run, not after it."""
-    def named(child: Node, kind: str | None) -> str:
-        return f"column {child.value!r} ({kind})" if child.kind == "column" else f"{_source(child)} ({kind})"
-
-    k = node.kind
-    if k == "column":
-        return kinds.get(node.value)
-    if k in ("number", "string", "bool"):
-        return {"number": "number", "string": "text", "bool": "true/false"}[k]
-    children = [(c, _check_kinds(c, text, kinds)) for c in node.children]
-    if k in ("unary", "binary"):
-        for child, kind in children:
-            if kind not in (None, "number"):
-                raise ClaimError(f"gate {text!r}: arithmetic ({node.value}) on {named(child, kind)}; it needs numbers")
-        return "number"
-    if k in ("not", "and", "or"):
-        for child, kind in children:
-            if kind not in (None, "true/false"):
-                raise ClaimError(f"gate {text!r}: {k} needs true/false, not {named(child, kind)}; compare it, "
-                                 "e.g. 'n_candidates > 0'")
-        return "true/false"
-    (a, ka), (b, kb) = children  # a comparison
-    if None not in (ka, kb) and ka != kb and {ka, kb} != {"number", "true/false"}:
-        raise ClaimError(f"gate {text!r}: compares {named(a, ka)} with {named(b, kb)}")
-    return "true/false"
-
-
-def _source(node: Node) -> str:
-    """A node as written (for messages)."""
-    if node.kind == "string":
-        return repr(node.value)
-    if node.kind in ("column", "number", "bool"):
-        return str(node.value)
-    return "an expression"
+    types = TABLE_SCHEMAS["summary"]
+    if all(n in types for n in names):
+        try:
+            _typed(tree, types, text)
+        except ClaimError as exc:
+            raise _gate_error(str(exc)) from None
 
 
 def parse_gates(texts: Sequence[str] | str | None, columns: Iterable[str] | None = None) -> tuple[Gate, ...]:

@@ -834,7 +834,8 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
     every exact comparison, so different candidates, but most likely one candidate written twice. Kept and
     reported (one row per such group: kind ``id_spellings``, its first row and spellings), never merged: an
     id's letter case is not folded, as SMILES (``c`` and ``C``) tell case apart. None when there are none."""
-    if id_column == ROW or value_kind(column_types(con, relation).get(id_column, "")) != "text":
+    types = column_types(con, relation)
+    if id_column == ROW or value_kind(types.get(id_column, "")) != "text":
         return None
     q = quote_identifier(id_column)
     pad = quote_string(_ID_PADDING)
@@ -846,7 +847,7 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
     n_suspect, n_ids = con.execute(f"SELECT count(*) FILTER (WHERE {suspect}), count({q}) FROM {relation}").fetchall()[0]
     if not n_suspect:
         return None
-    row = ROW if ROW in _columns(con, relation) else "NULL::BIGINT"
+    row = ROW if ROW in types else "NULL::BIGINT"
     key = f"nfc_normalize(trim({q}, {pad}))"
     # Keys shared by two ids: among the suspect ids, or a suspect's key
     # that another id spells as it is (an id without padding or non-ASCII characters is its own key). Only

@@ -402,7 +402,7 @@ def test_a_gate_that_could_never_hold_stops_before_the_run(env: dict[str, str], 
     (it was found on the summary after the run, which was then recorded as succeeded)."""
     result = invoke(env, "audit", str(bench_csv), "--id", "compound", "--evidence", "score bin", "--claim",
                     "active = 1", "--no-report", "--fail-if", "claim > 1")
-    assert result.exit_code == 2 and "compares column 'claim' (text) with 1 (number)" in result.output
+    assert result.exit_code == 2 and "compares column 'claim' (text) with the literal '1'" in result.output
     home = tmp_path / "home"
     assert not (home / "records").exists() or not any((home / "records").iterdir())
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())

@@ -55,10 +55,10 @@ def test_null_and_division_by_zero_do_not_fail_but_are_reported() -> None:
     ("", "empty"),
     ("n_candidates > (1", "expected"),
     # gates that could never be evaluated on a summary row: found when parsed, before any run is recorded
-    ("claim > 1", "compares column 'claim' \\(text\\) with 1 \\(number\\)"),
-    ("certified_fraction > 'a'", "compares column 'certified_fraction' \\(number\\)"),
+    ("claim > 1", "compares column 'claim' \\(text\\) with the literal '1'"),
+    ("certified_fraction > 'a'", "compares column 'certified_fraction' \\(a number\\)"),
     ("certified_fraction + claim > 1", "arithmetic \\(\\+\\) on column 'claim' \\(text\\)"),
-    ("-source < 0", "arithmetic"),
+    ("-source < 0", "minus applied to column .source. \\(text\\)"),
     ("not n_candidates", "not needs true/false"),
     ("ambiguous_fraction > 0.2 and n_candidates", "and needs true/false"),
 ])
