@@ -344,13 +344,13 @@ class Catalog:
 
     def _refresh(self, *, force: bool, reason: str | None = None, fallback: bool = True) -> BuildReport | None:
         fingerprint = self.fingerprint()
-        if not force and self._current_fingerprint_of(self.path) == fingerprint:
+        if not force and _current(self._current_fingerprint_of(self.path), fingerprint):
             return None
         try:
             with file_lock(self.lock_path, wait=120.0):
                 # someone else may have built it while we waited for the lock
                 existing = self._current_fingerprint_of(self.path)
-                if not force and existing == fingerprint:
+                if not force and _current(existing, fingerprint):
                     return None
                 fingerprint = self.fingerprint()
                 report = self._build(self.path, fingerprint, legacy=existing is None and self.path.exists())
@@ -410,6 +410,7 @@ class Catalog:
             served.pop(run_dir, None)
             problems[run_dir] = why
         rows = []
+        running: list[int] = []  # processes of this host shown as running: the catalog is stale once one ends
         for rec in by_id.values():
             row = {c: rec.get(c) for c in _RUN_COLUMNS}
             run_dir = self.resolve_dir(rec.get("run_dir")).absolute()
@@ -420,13 +421,17 @@ class Catalog:
                 row["status"] = "incompatible" if run_dir in incompatible else "damaged"
                 row["error"] = "; ".join(problems[run_dir])
                 report.left_out.setdefault(rec["run_id"], problems[run_dir])
-            elif status == "running" and rec.get("host") == host and not _alive(rec.get("pid")):
-                row["status"], row["error"] = "failed", _INTERRUPTED
+            elif status == "running" and rec.get("host") == host:
+                if not _alive(rec.get("pid")):
+                    row["status"], row["error"] = "failed", _INTERRUPTED
+                elif isinstance(rec.get("pid"), int):
+                    running.append(rec["pid"])
             for col in ("started_at", "finished_at"):
                 row[col] = _parse_time(row[col])
             rows.append(row)
         report.runs, report.packages = len(rows), len(served)
-        self._write_catalog(target, rows, schemas, set(served), fingerprint, report)
+        stored = fingerprint + (_RUNNING + ",".join(map(str, sorted(running))) if running else "")
+        self._write_catalog(target, rows, schemas, set(served), stored, report)
         if write_back:
             cache.save()
         report.seconds = round(time.monotonic() - started, 3)
@@ -578,7 +583,7 @@ class Catalog:
                     row = next(iter(con.execute("SELECT value FROM catalog_info WHERE key = 'fingerprint'").fetchall()), None)
                 except duckdb.Error:
                     row, reason = None, "written by an older dcaudit"
-                if row is not None and row[0] == self.fingerprint():
+                if row is not None and _current(row[0], self.fingerprint()):
                     self._note_left_out(con)
                     return con
                 con.close()
@@ -980,6 +985,19 @@ def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
             if pid.isdigit() and not _alive(int(pid)):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
+
+
+_RUNNING = "|running:"  # after the files' fingerprint: the pids of this host's runs the catalog shows running
+
+
+def _current(stored: str | None, fingerprint: str) -> bool:
+    """Whether a catalog built with ``stored`` still holds: the record and package files are as they were
+    (``fingerprint``), and every run it shows as running on this host still has its process. A run killed
+    with SIGKILL leaves its record as it was, so a catalog built while it ran would show it running forever."""
+    if stored is None:
+        return False
+    files, _, pids = stored.partition(_RUNNING)
+    return files == fingerprint and all(_alive(int(p)) for p in pids.split(",") if p.isdigit())
 
 
 def _alive(pid: object) -> bool:

@@ -301,6 +301,25 @@ def test_a_failed_catalog_refresh_does_not_fail_the_run(tmp_path: Path, bench: P
     assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "succeeded")]
 
 
+def test_a_run_whose_process_died_after_the_catalog_was_built_is_shown_failed(tmp_path: Path, bench: Path) -> None:
+    """A catalog built while a run's process was alive shows it running. When that process then dies by
+    SIGKILL, its record does not change, so the files' fingerprint alone kept the catalog "current": the run
+    showed as running forever (the soak test met it when a reader refreshed the catalog mid-run)."""
+    home = tmp_path / "home"
+    assert invoke(home, "run", str(spec_file(bench))).exit_code == 0
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    catalog = catalog_of(home)
+    catalog.start_run("bench-killed", spec="bench", spec_hash="x", input_hashes={}, package_version="0",
+                      git_sha=None, run_dir=catalog.settings.runs_dir / "bench-killed")
+    record = home / "records" / "bench-killed.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "pid": child.pid}))
+    status = "SELECT status FROM runs WHERE run_id = 'bench-killed'"
+    assert catalog.query(status).to_pylist() == [{"status": "running"}]
+    child.kill()
+    child.wait()
+    assert catalog_of(home).query(status).to_pylist() == [{"status": "failed"}]
+
+
 def test_lost_records_are_recovered_from_packages_and_older_catalogs_imported(tmp_path: Path, bench: Path) -> None:
     home = tmp_path / "home"
     run = run_json(home, "run", str(spec_file(bench)))
