@@ -194,6 +194,56 @@ def test_verification_verdicts_are_cached_by_size_and_mtime(tmp_path: Path, benc
     assert report.hashed == 1 and report.left_out == {}
 
 
+def test_an_unchanged_package_is_not_verified_again(tmp_path: Path, bench: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refresh answers an unchanged package from its cached verdict (one directory listing): no manifest
+    read, no hash. A file touched, or a verdict from ``catalog check``, sends it through verification again."""
+    import dcaudit.catalog as catalog_module
+
+    home = tmp_path / "home"
+    first = run_json(home, "run", str(spec_file(bench, "one")))
+    second = run_json(home, "run", str(spec_file(bench, "two")))
+    verified: list[Path] = []
+    real = catalog_module.verify_package
+    monkeypatch.setattr(catalog_module, "verify_package", lambda d, **kw: verified.append(Path(d)) or real(d, **kw))
+    catalog = catalog_of(home)
+    assert catalog.rebuild().packages == 2 and verified == []
+    summary = Path(first["package_dir"]) / "summary.parquet"
+    os.utime(summary, ns=(time.time_ns(), time.time_ns() + 10**9))     # same bytes, new mtime
+    report = catalog.rebuild()
+    assert verified == [Path(first["package_dir"])] and report.hashed == 1 and report.packages == 2
+    # bytes changed behind the cache (same size, mtime put back): the listing cannot see it, a check does
+    fibers = Path(second["package_dir"]) / "fibers.parquet"
+    st = fibers.stat()
+    _damage_a_data_page(fibers)
+    os.utime(fibers, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert catalog.rebuild().left_out == {}
+    checked, problems = catalog.check()
+    assert checked == 2 and any(str(fibers) in p for p in problems)
+    report = catalog.rebuild()
+    assert set(report.left_out) == {second["run_id"]} and report.packages == 1
+    cache = json.loads((home / ".catalog-cache.json").read_text())
+    assert cache["format"] == 2 and set(cache["packages"]) == {first["package_dir"], second["package_dir"]}
+
+
+def test_a_cache_of_the_earlier_layout_is_read_and_entries_of_other_workspaces_dropped(
+        tmp_path: Path, bench: Path) -> None:
+    home = tmp_path / "home"
+    run = run_json(home, "run", str(spec_file(bench)))
+    cache_path = home / ".catalog-cache.json"
+    grouped = json.loads(cache_path.read_text())["packages"]
+    # the layout before format 2: one entry per file path, schemas inline
+    flat = {f"{d}/{name}": {k: v for k, v in entry.items() if k != "schema"}
+            for d, package in grouped.items() for name, entry in package["files"].items()}
+    flat["/elsewhere/runs/x/summary.parquet"] = {"stat": [1, 1], "sha256": "0" * 64, "ok": True}
+    cache_path.write_text(json.dumps(flat, indent=1))
+    report = catalog_of(home).rebuild()
+    assert report.hashed == 0 and report.packages == 1      # the verdicts carried over: nothing hashed again
+    again = json.loads(cache_path.read_text())
+    assert set(again["packages"]) == {run["package_dir"]}   # only this workspace's packages are kept
+    assert "\n" not in cache_path.read_text().strip()       # compact, not indented
+
+
 def test_a_copied_workspace_reports_and_reruns_inside_the_copy(tmp_path: Path, bench: Path) -> None:
     original = tmp_path / "home"
     spec = spec_file(bench)
