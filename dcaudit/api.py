@@ -150,7 +150,7 @@ class Result:
         import polars as pl
 
         return (self.excluded().group_by(["audit_id", "excluded_reason"]).agg(pl.len().alias("n"))
-                .sort(["audit_id", "n"], descending=[False, True]))
+                .sort(["audit_id", "n", "excluded_reason"], descending=[False, True, False], nulls_last=True))
 
     def save(self, path: str | Path, *, force: bool = False) -> Path:
         """Write the evidence package to ``path`` atomically (an existing one is replaced only with

@@ -293,6 +293,16 @@ def _columns(node: Node) -> Iterable[str]:
 _BOOLEAN_KINDS = {"compare", "and", "or", "not", "bool", "column"}
 
 
+def order_compared(node: Node) -> set[str]:
+    """The columns a claim compares by order (< <= > >=), directly: ``grade > 'low'``."""
+    found: set[str] = set()
+    if node.kind == "compare" and node.value in {"<", "<=", ">", ">="}:
+        found |= {c.value for c in node.children if c.kind == "column"}
+    for child in node.children:
+        found |= order_compared(child)
+    return found
+
+
 @dataclass(frozen=True)
 class Claim:
     """A validated claim: its text as written, the columns it reads and the SQL rendered from its tree."""
@@ -407,12 +417,13 @@ def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCK
         (sql, kind), = parts
         if kind not in _NUMERIC:
             raise ClaimError(f"claim {text!r}: minus applied to {_describe(node.children[0], kind)}")
-        return f"(-{sql})", kind
+        return f"(-{_widened(sql, node.children[0], types)})", kind
     if k == "binary":
         (a, ka), (b, kb) = parts
         for child, kind in zip(node.children, (ka, kb), strict=True):
             if kind not in _NUMERIC:
                 raise ClaimError(f"claim {text!r}: arithmetic ({node.value}) on {_describe(child, kind)}")
+        a, b = _widened(a, node.children[0], types), _widened(b, node.children[1], types)
         if node.value == "/":  # division by zero is undefined, not ±inf
             return f"nullif(({a} / nullif({b}, 0)), {d.nan})", "float"
         kind = "float" if "float" in (ka, kb) else "number"
@@ -438,6 +449,19 @@ def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCK
             return f"(NOT {parts[0][0]})", "bool"
         return "(" + f" {k.upper()} ".join(sql for sql, _ in parts) + ")", "bool"
     raise AssertionError(k)  # pragma: no cover
+
+
+# DuckDB does arithmetic on narrow integers in their own width: two int8 columns overflow at 127, where the
+# same values in int64 columns do not. Operands of arithmetic are widened, so a claim reads the same values
+# alike whatever integer type holds them.
+_NARROW_INTS = frozenset(("TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT", "UINTEGER", "INT", "INT1",
+                          "INT2", "INT4"))
+
+
+def _widened(sql: str, node: Node, types: Mapping[str, str]) -> str:
+    if node.kind == "column" and str(types.get(node.value, "")).upper() in _NARROW_INTS:
+        return f"CAST({sql} AS BIGINT)"
+    return sql
 
 
 def parse_claim(text: str, available: Iterable[str] | None = None) -> Claim:

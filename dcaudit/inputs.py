@@ -21,12 +21,13 @@ so that any message DuckDB produces about it names the user's data, not an inter
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import hashlib
 import io
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +57,9 @@ class RegisteredInput:
     types: Mapping[str, str] = field(default_factory=dict)  # column -> DuckDB type
     n_rows: int = 0
     has_row: bool = True           # False for Parquet globs (no single data-row numbering)
+    # columns of ordered categories (an ordered pandas Categorical, a polars Enum): DuckDB compares their
+    # values as text, so a claim's < or > on one reads alphabetical order, not the categories' order
+    ordered: tuple[str, ...] = ()
 
 
 def view_name(label: str) -> str:
@@ -127,35 +131,185 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     name = label or kind
     if isinstance(table, pa.Table):
         check_unique_columns(table.column_names, name)
-        table = _duckdb_readable(table, name)
+        table, refused = _duckdb_readable(table, name)
         table = table.append_column(ROW, _row_numbers(table.num_rows))
-    else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here
+    else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here, so nothing can be widened
         check_unique_columns(table.schema.names, name)
+        refused = {}
+        for f in table.schema:
+            why = _refusal(f.type) or (("half floats or 256-bit decimals, which DuckDB cannot read; cast the "
+                                        "column, or pass the dataset's table (.to_table())", "")
+                                       if _scannable(f.type) != f.type else None)
+            if why is not None:
+                raise InputError(why[0], file=name, column=f.name)
     view = view_name(name)
     con.register(f"_arrow_{_safe(name)}", table)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}")
-    return _described(con, view, name, has_row=isinstance(table, pa.Table))
+    select = refusing_view(f"SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}", refused, name)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
+    described = _described(con, view, name, has_row=isinstance(table, pa.Table))
+    ordered = tuple(f.name for f in table.schema if pa.types.is_dictionary(f.type) and f.type.ordered)
+    return dataclasses.replace(described, ordered=ordered) if ordered else described
 
 
-def _duckdb_readable(table: pa.Table, label: str) -> pa.Table:
-    """``table`` with every column DuckDB reads as the same values: half floats widened to float (DuckDB
-    cannot scan them; the widening is exact); an InputError for durations finer than DuckDB's microsecond
-    INTERVAL, which it would round (1 ns and 500 ns would be one value)."""
+def _duckdb_readable(table: pa.Table, label: str) -> tuple[pa.Table, dict[str, tuple[str, str]]]:
+    """``table`` with every column DuckDB reads as the same values, and the columns it cannot (column ->
+    (why, the DuckDB type its view declares)).
+
+    Widened, exactly: half floats to float (DuckDB scans none, top-level or nested) and 256-bit decimals of at
+    most 38 digits to 128-bit ones (DuckDB scans no 256-bit decimal). Refused, only when an audit reads them
+    (:func:`refusing_view`): decimals of more than 38 digits, which DuckDB cannot hold; dense unions, which
+    it cannot scan; month-day-nanosecond intervals, which it compares as if a month were 30 days; durations
+    finer than a microsecond anywhere in a column (in a list or a struct too), which its INTERVAL rounds
+    (1 ns and 500 ns would be one value). A refused column is kept out of DuckDB's sight altogether, so an
+    input whose unused columns hold such types still audits."""
+    refused: dict[str, tuple[str, str]] = {}
+    for i, f in enumerate(table.schema):
+        why = _refusal(f.type)
+        target = _scannable(f.type) if why is None else f.type
+        if why is None and target != f.type:
+            try:
+                table = table.set_column(i, pa.field(f.name, target), table.column(i).cast(target))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                why = (f"its type {f.type} holds half floats or 256-bit decimals, which DuckDB cannot read, "
+                       f"and Arrow cannot widen it ({one_line(exc, 120)}); cast the column to numbers or text",
+                       "VARCHAR")
+        if why is None and _sub_microsecond(table.column(i)):
+            why = ("durations finer than a microsecond, which DuckDB's INTERVAL would round (1 ns and 500 ns "
+                   "would be one value); give them as numbers, e.g. nanoseconds (.dt.total_nanoseconds() in "
+                   "polars, .dt.value in pandas)", "INTERVAL")
+        if why is not None:
+            refused[f.name] = why
+            table = table.set_column(i, pa.field(f.name, pa.null()), pa.nulls(table.num_rows))
+    return table, refused
+
+
+def _nested(t: pa.DataType) -> list[pa.DataType]:
+    """The types directly inside ``t`` (list values, struct and union fields, map keys and items, dictionary
+    values, run-end-encoded values, an extension's storage)."""
+    if pa.types.is_struct(t) or pa.types.is_union(t):
+        return [t.field(j).type for j in range(t.num_fields)]
+    if pa.types.is_map(t):
+        return [t.key_type, t.item_type]
+    if isinstance(t, pa.ExtensionType):
+        return [t.storage_type]
+    inner = getattr(t, "value_type", None)   # lists of every layout, dictionaries, run-end encoded
+    return [inner] if isinstance(inner, pa.DataType) else []
+
+
+def _walk(t: pa.DataType) -> Iterator[pa.DataType]:
+    yield t
+    for inner in _nested(t):
+        yield from _walk(inner)
+
+
+def _refusal(t: pa.DataType) -> tuple[str, str] | None:
+    """Why DuckDB cannot hold a column of type ``t`` as the values it holds (type-level), or None."""
+    for inner in _walk(t):
+        if pa.types.is_decimal(inner) and inner.precision > 38:
+            return (f"decimals of {inner.precision} digits, beyond the 38 DuckDB holds (it would round them to "
+                    "doubles: 10^45 and 10^45 + 1 would be one value); give them as text, or as DECIMAL(38) "
+                    "at most", "DOUBLE")
+        if pa.types.is_union(inner) and inner.mode == "dense":
+            return "a dense union, which DuckDB cannot read; give one type (numbers or text)", "VARCHAR"
+        if inner == pa.month_day_nano_interval():
+            return ("month-day-nanosecond intervals, which DuckDB compares as if a month were 30 days (1 month "
+                    "and 30 days would be one value) and rounds to microseconds; give them as numbers "
+                    "(e.g. days) or text", "INTERVAL")
+    return None
+
+
+def _scannable(t: pa.DataType) -> pa.DataType:
+    """``t`` with half floats as floats and 256-bit decimals of at most 38 digits as 128-bit ones, wherever
+    they are nested (both widenings are exact)."""
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_decimal256(t):
+        return pa.decimal128(t.precision, t.scale)
+
+    def field(f: pa.Field) -> pa.Field:
+        return f.with_type(_scannable(f.type))
+
+    if pa.types.is_struct(t):
+        return pa.struct([field(t.field(j)) for j in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(field(t.key_field), field(t.item_field), t.keys_sorted)
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(field(t.value_field), t.list_size)
+    for is_list, make in ((pa.types.is_list, pa.list_), (pa.types.is_large_list, pa.large_list),
+                          (pa.types.is_list_view, pa.list_view), (pa.types.is_large_list_view, pa.large_list_view)):
+        if is_list(t):
+            return make(field(t.value_field))
+    if pa.types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _scannable(t.value_type), t.ordered)
+    return t   # run-end encoded and extension types: left as they are (Arrow cannot cast them)
+
+
+def _sub_microsecond(column: pa.ChunkedArray) -> bool:
+    """Whether a nanosecond duration anywhere in ``column`` (top level, or inside lists, structs, maps,
+    dictionaries) is not a whole number of microseconds."""
     import numpy as np
 
     from dcaudit import arrays
 
-    for i, f in enumerate(table.schema):
-        if pa.types.is_float16(f.type):
-            table = table.set_column(i, pa.field(f.name, pa.float32()), table.column(i).cast(pa.float32()))
-        elif pa.types.is_duration(f.type) and f.type.unit == "ns":
-            ticks = arrays.values(table.column(i).cast(pa.int64()), np.int64)[arrays.valid(table.column(i))]
-            if len(ticks) and bool((ticks % 1000 != 0).any()):
-                raise InputError("durations finer than a microsecond, which DuckDB's INTERVAL would round "
-                                 "(1 ns and 500 ns would be one value); give them as numbers, e.g. "
-                                 "nanoseconds (.dt.total_nanoseconds() in polars, .dt.value in pandas)",
-                                 file=label, column=f.name)
-    return table
+    if not any(pa.types.is_duration(t) and t.unit == "ns" for t in _walk(column.type)):
+        return False
+    for chunk in column.chunks:
+        for leaf in _duration_leaves(chunk):
+            ticks = pa.chunked_array([leaf.cast(pa.int64())], pa.int64())
+            values = arrays.values(ticks, np.int64)[arrays.valid(ticks)]
+            if len(values) and bool((values % 1000 != 0).any()):
+                return True
+    return False
+
+
+def _duration_leaves(arr: pa.Array) -> Iterator[pa.Array]:
+    t = arr.type
+    if pa.types.is_duration(t):
+        if t.unit == "ns":
+            yield arr
+    elif pa.types.is_dictionary(t):
+        yield from _duration_leaves(arr.dictionary)
+    elif pa.types.is_struct(t):
+        for child in arr.flatten():
+            yield from _duration_leaves(child)
+    elif pa.types.is_map(t):
+        yield from _duration_leaves(arr.keys)
+        yield from _duration_leaves(arr.items)
+    elif pa.types.is_union(t):
+        for j in range(t.num_fields):
+            yield from _duration_leaves(arr.field(j))
+    elif isinstance(t, pa.ExtensionType):
+        yield from _duration_leaves(arr.storage)
+    elif pa.types.is_run_end_encoded(t):
+        yield from _duration_leaves(arr.values)
+    elif hasattr(arr, "flatten"):   # lists of every layout
+        yield from _duration_leaves(arr.flatten())
+
+
+# mark DuckDB's error() text as an InputError of ours: where a stage words DuckDB's error in its own
+# message, the refusal is still found, and told alone
+_REFUSED, _REFUSED_END = "dcaudit refused column: ", " <<end>>"
+
+
+def refusing_view(select: str, refused: Mapping[str, tuple[str, str]], label: str) -> str:
+    """``select`` with each refused column replaced by an ``error()`` that DuckDB raises only when a query reads
+    the column (projection pushdown leaves it unread otherwise): an input's unused columns never stop it,
+    and a used one stops the audit with the reason (:func:`refused_column_error`)."""
+    if not refused:
+        return select
+    parts = ", ".join(
+        f"CAST(error({quote_string(_REFUSED + str(InputError(why, file=label, column=column)) + _REFUSED_END)})"
+        f" AS {duck}) "
+        f"AS {quote_identifier(column)}" for column, (why, duck) in refused.items())
+    return f"SELECT * REPLACE ({parts}) FROM ({select})"
+
+
+def refused_column_error(exc: BaseException) -> InputError | None:
+    """The InputError a refused column's ``error()`` carries (see :func:`refusing_view`), else None."""
+    text = str(exc)
+    if _REFUSED not in text:
+        return None
+    return InputError(text.split(_REFUSED, 1)[1].split(_REFUSED_END, 1)[0])
 
 
 def input_digests(data: object, label: str | None = None) -> dict[str, str]:
@@ -207,13 +361,17 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
             if objects:  # Python objects: to_arrow would hand over their addresses
                 raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
                                  "cast it to numbers or text", file=what, column=objects[0])
-            return _converted(frame.to_arrow, what), what
+            try:
+                return frame.to_arrow(), what
+            except Exception as exc:  # noqa: BLE001 - polars' or pyarrow's export error: find the column
+                raise _polars_column_problem(frame, exc, what) from None
     if module == "pandas" and kind == "DataFrame":
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
         try:
             return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                OverflowError) as exc:   # OverflowError: Python integers beyond 64 bits in an object column
             raise _pandas_column_problem(data, names, exc) from None
     if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
         return _converted(data.to_arrow_table, "DuckDB relation"), "DuckDB relation"
@@ -229,17 +387,34 @@ def _converted(convert: Callable[[], pa.Table], what: str) -> pa.Table:
         raise InputError(f"cannot read as an Arrow table: {one_line(exc, 200)}", file=what) from None
 
 
+def _polars_column_problem(frame: Any, exc: Exception, what: str) -> InputError:
+    """The first column of a polars frame that does not export to Arrow (Int128, say), found column by column
+    on this error path."""
+    for name, dtype in frame.schema.items():
+        try:
+            frame.select(name).to_arrow()
+        except Exception:  # noqa: BLE001 - this column's export fails
+            return InputError(f"polars cannot hand the column's type {dtype} to Arrow ({one_line(exc, 160)}); cast "
+                              "it to a type Arrow holds, e.g. pl.Int64, pl.Float64 or pl.String (big integers are "
+                              "kept exact as text)", file=what, column=name)
+    return InputError(f"cannot read as an Arrow table: {one_line(exc, 200)}", file=what)
+
+
 def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> InputError:
     """The column of a pandas frame Arrow cannot hold (an object column mixing numbers and text, say),
     found column by column on this error path, with the value and what to do about it."""
     for name, column in zip(names, frame.columns, strict=True):  # type: ignore[attr-defined]
         try:
             pa.Array.from_pandas(frame[column])  # type: ignore[index]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as err:
-            first = str(err).splitlines()[0][:200]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                OverflowError) as err:
+            first = one_line(err, 200)
+            dtype = str(frame[column].dtype)  # type: ignore[index]
+            fix = (".sparse.to_dense()" if dtype.startswith("Sparse") else
+                   ".astype(str) (integers beyond 64 bits are kept exact as text)" if isinstance(err, OverflowError)
+                   else "pd.to_numeric(df[col], errors='coerce') (text becomes missing) or .astype(str)")
             return InputError(f"Arrow cannot hold the column as one type ({first}); give it one plain type, e.g. "
-                              "pd.to_numeric(df[col], errors='coerce') (text becomes missing) or .astype(str)",
-                              file="pandas DataFrame", column=name)
+                              f"{fix}", file="pandas DataFrame", column=name)
     return InputError(f"cannot read as a table ({str(exc).splitlines()[0][:200]})", file="pandas DataFrame")
 
 
@@ -278,16 +453,27 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         files = sorted(path.parent.glob(path.name))
         if not files:
             raise InputError("the glob matches no file", file=text)
+        refused: dict[str, tuple[str, str]] = {}
+        spelled: dict[str, tuple[str, Path]] = {}   # a column name as DuckDB compares it -> (first spelling, file)
         for f in files:  # DuckDB would rename a repeated column of any file (e, e_1)
-            check_unique_columns(_parquet_schema(check_file(f)), str(f))
+            schema = _parquet_schema(check_file(f))
+            check_unique_columns(schema.names, str(f))
+            refused = {**_refused_columns(schema), **refused}   # the first file's reason for a column stands
+            for column in schema.names:   # union_by_name matches names across files without case
+                first, where = spelled.setdefault(_ascii_lower(column), (column, f))
+                if first != column:
+                    raise InputError(f"column {column!r} of {f} and {first!r} of {where} differ only in case: DuckDB "
+                                     "would read them as one column; give them one spelling", file=text)
         view = view_name(name)
-        _create_view(con, view, f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)", name)
+        _create_view(con, view, refusing_view(f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)",
+                                              refused, name), name)
         return _described(con, view, name, has_row=False)
     path = check_file(path)
     lower = path.name.lower()
     view = view_name(name)
     if lower.endswith(PARQUET_SUFFIXES):
-        names = _parquet_schema(path)
+        schema = _parquet_schema(path)
+        names = schema.names
         check_unique_columns(names, text)
         if "file_row_number" in (n.lower() for n in names) or any(ch in path.name for ch in "*?["):
             # DuckDB numbers the rows in a column of that name and refuses a file that has one, and reads a
@@ -297,8 +483,9 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
 
             table = pq.read_table(path)
             return register_input(con, table, label=name)
-        _create_view(con, view, f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number) "
-                                f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)", text)
+        _create_view(con, view, refusing_view(f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number) "
+                                              f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)",
+                                              _refused_columns(schema), text), text)
     elif lower.endswith(CSV_SUFFIXES):
         table = read_csv(path, text_columns)  # its header passed check_unique_columns
         table = table.append_column(ROW, _row_numbers(table.num_rows))
@@ -337,16 +524,24 @@ def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, *,
             raise
         raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
     if n == 0:
-        raise InputError("no data rows", file=label)
+        once = " (a RecordBatchReader yields its rows once: one read before has none left)" \
+            if "recordbatchreader" in label.lower().replace(" ", "") else ""
+        raise InputError(f"no data rows{once}", file=label)
     types = {r[0]: str(r[1]) for r in described if r[0] != ROW}
     return RegisteredInput(view, label, tuple(types), types, int(n), has_row)
 
 
-def _parquet_schema(path: Path) -> list[str]:
+def _refused_columns(schema: pa.Schema) -> dict[str, tuple[str, str]]:
+    """The columns of a Parquet file DuckDB would not read as the file holds them (decimals beyond 38 digits
+    become doubles; intervals count a month as 30 days): refused when an audit reads them."""
+    return {f.name: why for f in schema if (why := _refusal(f.type)) is not None}
+
+
+def _parquet_schema(path: Path) -> pa.Schema:
     import pyarrow.parquet as pq
 
     try:
-        return list(pq.read_schema(path).names)
+        return pq.read_schema(path)
     except Exception as exc:  # noqa: BLE001 - any reader error: the file is not usable Parquet
         raise InputError(f"not a readable Parquet file ({str(exc).splitlines()[0][:200]})", file=str(path)) from None
 
@@ -597,12 +792,11 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                     why: str) -> None:
     """An InputError naming the first row whose ``column`` is not a number, when the column is not numeric."""
     kind = value_kind(types.get(column, ""))
-    if kind in {"float", "int", "bool"}:
-        return
     label = label_of(relation)
     q = quote_identifier(column)
     try:
-        found = first_non_number(con, relation, column)
+        # a typed column with no values at all (every row NULL) has nothing to work on either
+        found = None if kind in {"float", "int", "bool"} else first_non_number(con, relation, column)
         n_values = con.execute(f"SELECT count({q}) FROM {relation}").fetchall()[0][0]
     except duckdb.Error as exc:
         if machine_limit(exc):  # memory or spill disk, not the data: the run says so

@@ -43,12 +43,14 @@ import dcaudit
 from dcaudit import defaults, findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
+from dcaudit.claims import order_compared
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
 from dcaudit.engine import ENGINES, Engine, connect, machine_limit
 from dcaudit.errors import (
     ClaimError,
+    DcauditError,
     InputError,
     MissingSourceError,
     ResourceError,
@@ -71,6 +73,7 @@ from dcaudit.inputs import (
     label_of,
     line_breaks,
     numbers_and_text,
+    refused_column_error,
     register_input,
     require_id_column,
 )
@@ -421,6 +424,21 @@ class UserSource:
     name: str      # the source name in the package (the file name, or e.g. "polars DataFrame")
     data: object   # a path or a frame; see dcaudit.inputs.register_input
     label: str     # how messages name it
+    notes: tuple[str, ...] = ()
+
+
+def _index_note(data: object, spec: PipelineSpec) -> tuple[str, ...]:
+    """A note when a pandas frame's own index is dropped while the candidates are numbered by row: its labels
+    (a named index, or one left by filtering) are not the ids the package shows."""
+    if spec.id_column != ROW or type(data).__module__.split(".")[0] != "pandas":
+        return ()
+    index: Any = getattr(data, "index", None)
+    default = type(index).__name__ == "RangeIndex" and index.start == 0 and index.step == 1 and index.name is None
+    if index is None or default:
+        return ()
+    name = f" {index.name!r}" if index.name is not None else ""
+    return (f"the pandas frame's index{name} is not read: candidates are numbered by row (1..n); to use its labels "
+            "as ids, reset_index() and pass the column as id",)
 
 
 _SOURCE_KEYS = ("connector", "path", "id", "duplicates")
@@ -428,9 +446,10 @@ _SOURCE_KEYS = ("connector", "path", "id", "duplicates")
 
 def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) -> PreparedSource | UserSource:
     if data is not None:
+        notes = _index_note(data, spec)
         if not isinstance(data, str | Path):
             data = as_arrow(data)[0]  # once: the digest and the audit read the same rows (a LazyFrame runs once)
-        return UserSource(spec.source, data, spec.source)
+        return UserSource(spec.source, data, spec.source, notes)
     path = Path(spec.source)
     if path.suffix or path.exists() or any(ch in path.name for ch in "*?["):
         return UserSource(path.name, path, str(path))
@@ -478,15 +497,23 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
                         "source_files": [s.manifest_entry() for s in prepared.sources]
                         if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
     except duckdb.Error as exc:
-        err = resource_error(exc, settings, "the audit stopped")
+        err = resource_error(exc, settings, "the audit stopped") or refused_column_error(exc)
         if err is None:
             raise
-        raise err from exc
+        raise err from None
     except ClaimError as exc:
+        refused = refused_column_error(exc)
+        if refused is not None:
+            raise refused from None
         hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
         if hint:
             raise ClaimError(f"{exc}{hint}") from exc
         raise
+    except DcauditError as exc:   # a stage's wording of DuckDB's error() for a column it cannot hold
+        refused = refused_column_error(exc)
+        if refused is None:
+            raise
+        raise refused from None
     finally:
         if ctx is not None:
             ctx.engine.close()
@@ -612,6 +639,7 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
     """Every input table through the input contract (dcaudit.inputs), as a view named after it, and the
     run's engine over them."""
     registered: dict[str, RegisteredInput] = {}
+    notes = list(getattr(prepared, "notes", ()))
     files: dict[str, Path] = {}  # view -> the Parquet behind it, which another engine can read itself
     empty: set[str] = set()      # connector tables without rows: registered nowhere, named if an audit asks
     if isinstance(prepared, UserSource):
@@ -626,6 +654,11 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
                                "id column there" if unset else "")
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
+        for task in spec.audits:
+            for column in sorted(order_compared(task.claim.tree) & set(user.ordered)):
+                notes.append(f"{task.audit_id}: the claim compares {column!r} by order, a column of ordered categories: "
+                             "its values are compared as text, so < and > follow alphabetical order, not the categories'; "
+                             "for that order give the category codes (.cat.codes in pandas, .to_physical() in polars)")
     else:
         first = next(iter(prepared.tables), None)  # audits without a table read it: never skipped
         for name, path in prepared.tables.items():
@@ -636,7 +669,6 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
             files[registered[name].view] = Path(path)
     tables = {name: r.view for name, r in registered.items()}
     columns = {r.view: list(r.columns) for r in registered.values()}
-    notes = list(getattr(prepared, "notes", ()))
     return StageContext(spec, settings, con, source_name, tables, columns, open_engine(engine, con, files),
                         notes=notes, empty_tables=frozenset(empty))
 

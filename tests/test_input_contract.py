@@ -809,3 +809,113 @@ def test_exact_integer_type_agrees_with_the_plain_python_definition(tokens: list
     got = exact_integer_type(pa.array(tokens, pa.string()))
     want = _exact_integer_type_reference(tokens)
     assert {None: None, "decimal": pa.decimal128(38, 0), "text": pa.string()}[want] == got
+
+
+def _two_pure_fibers(values: pa.Array) -> pa.Table:
+    """a, b share a value and c, d another, claim true for the first two: two pure fibers when read right."""
+    return pa.table({"cid": list("abcd"), "e": values, "u": values, "y": [1, 1, 0, 0]})
+
+
+REFUSED_ARROW = {
+    "interval month-day-nano": pa.array([(1, 0, 0), (1, 0, 0), (0, 30, 0), (0, 30, 0)], pa.month_day_nano_interval()),
+    "list of ns durations": pa.array([[1], [1], [2], [2]], pa.list_(pa.duration("ns"))),
+    "struct of ns durations": pa.StructArray.from_arrays([pa.array([1, 1, 2, 2], pa.duration("ns"))], ["d"]),
+    "decimal of 50 digits": pa.array([10**45, 10**45, 10**45 + 1, 10**45 + 1], pa.decimal256(50, 0)),
+    "dense union": pa.UnionArray.from_dense(pa.array([0, 0, 1, 1], pa.int8()), pa.array([0, 0, 0, 0], pa.int32()),
+                                            [pa.array([1]), pa.array(["x"])]),
+}
+
+
+@pytest.mark.parametrize("kind", list(REFUSED_ARROW))
+def test_columns_duckdb_cannot_hold_as_they_are_refused_only_when_read(kind: str, tmp_path: Path) -> None:
+    table = _two_pure_fibers(REFUSED_ARROW[kind])
+    with pytest.raises(InputError, match=r"\(file .*, column 'e'\)$"):
+        dcaudit.audit(table, evidence="e", claim="y = 1", id="cid")
+    with pytest.raises(InputError, match=r"column 'u'\)$"):
+        dcaudit.audit(table, evidence="cid", claim="y = 1", id="u")
+    # unread, such a column stops nothing
+    unread = dcaudit.audit(table.set_column(1, "e", pa.array([1, 1, 2, 2])), evidence="e", claim="y = 1", id="cid")
+    assert unread.summary["n_fibers"].to_list() == [2] and unread.summary["n_mixed_fibers"].to_list() == [0]
+
+
+@pytest.mark.parametrize("values", [
+    pa.array([[1.5], [1.5], [2.5], [2.5]], pa.list_(pa.float16())),
+    pa.StructArray.from_arrays([pa.array([1.5, 1.5, 2.5, 2.5], pa.float16())], ["h"]),
+    pa.array([[1000], [1000], [2000], [2000]], pa.list_(pa.duration("ns"))),   # whole microseconds
+    pa.array([15, 15, 25, 25], pa.decimal256(20, 1)),
+], ids=["list of half floats", "struct of half floats", "whole-microsecond ns durations", "decimal256(20,1)"])
+def test_nested_types_duckdb_reads_after_an_exact_widening_are_audited(values: pa.Array) -> None:
+    result = dcaudit.audit(_two_pure_fibers(values), evidence="e", claim="y = 1", id="cid")
+    assert result.summary["n_fibers"].to_list() == [2] and result.summary["certified_true"].to_list() == [2]
+
+
+def test_a_parquet_decimal_beyond_38_digits_is_refused_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "wide.parquet"
+    pq.write_table(_two_pure_fibers(REFUSED_ARROW["decimal of 50 digits"]), path)
+    with pytest.raises(InputError, match=rf"decimals of 50 digits.*\(file {path}, column 'e'\)"):
+        dcaudit.audit(path, evidence="e", claim="y = 1", id="cid")
+    with pytest.raises(InputError, match="column 'u'"):
+        dcaudit.audit(path, evidence="cid", claim="u > 0", id="cid")
+    assert dcaudit.audit(path, evidence="cid", claim="y = 1", id="cid").summary["n_fibers"].to_list() == [4]
+
+
+def test_glob_files_whose_columns_differ_only_in_case_are_an_error(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": ["a", "b"], "e": [1, 2], "y": [1, 0]}), tmp_path / "1.parquet")
+    pq.write_table(pa.table({"id": ["c", "d"], "E": [1, 2], "y": [1, 0]}), tmp_path / "2.parquet")
+    with pytest.raises(InputError, match=r"'E' of .*2\.parquet and 'e' of .*1\.parquet differ only in case"):
+        dcaudit.audit(tmp_path / "*.parquet", evidence="e", claim="y = 1", id="id")
+
+
+def test_frames_arrow_cannot_take_name_the_column() -> None:
+    import pandas as pd
+
+    big = pd.DataFrame({"id": list("ab"), "e": [2**70, 1], "y": [1, 0]})
+    with pytest.raises(InputError, match=r"\.astype\(str\).*column 'e'"):
+        dcaudit.audit(big, evidence="e", claim="y = 1", id="id")
+    wide = pl.DataFrame({"id": ["a", "b"], "big": pl.Series([1, 2], dtype=pl.Int128), "y": [1, 0]})
+    with pytest.raises(InputError, match=r"Int128.*pl\.Int64.*column 'big'"):
+        dcaudit.audit(wide, evidence="id", claim="y = 1", id="id")
+    reader = pa.table({"e": [1, 2], "y": [1, 0]}).to_reader()
+    dcaudit.audit(reader, evidence="e", claim="y = 1")
+    with pytest.raises(InputError, match="no data rows .*yields its rows once"):
+        dcaudit.audit(reader, evidence="e", claim="y = 1")
+
+
+@pytest.mark.parametrize("rule", ["quantile:2", "width:1"])
+def test_a_typed_column_without_values_under_a_binned_rule_is_an_error(rule: str) -> None:
+    empty = pa.table({"e": pa.nulls(4, pa.float64()), "y": [1, 0, 1, 0]})
+    with pytest.raises(InputError, match="no values, so fiber rule .* has nothing to work on .*column 'e'"):
+        dcaudit.audit(empty, evidence="e", claim="y = 1", fiber_rule=rule)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-128, 127), st.integers(-128, 127)), min_size=1, max_size=30),
+       st.sampled_from(["a + b > 0", "a - b < 0", "a * b > 100", "-a > b"]))
+def test_claim_arithmetic_reads_narrow_integers_as_their_values(pairs: list[tuple[int, int]], claim: str) -> None:
+    a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+    expected = [eval(claim, {}, {"a": x, "b": y}) for x, y in pairs]  # noqa: S307 - four fixed expressions
+    for kind in (pa.int8(), pa.int16(), pa.int64()):
+        table = pa.table({"a": pa.array(a, kind), "b": pa.array(b, kind), "e": [0] * len(a)})
+        result = dcaudit.audit(table, evidence="e", claim=claim)
+        assert result.arrow("candidates").column("claim_value").to_pylist() == expected, kind
+
+
+def test_notes_for_an_order_claim_on_ordered_categories_and_a_dropped_pandas_index() -> None:
+    import pandas as pd
+
+    grade = pd.Categorical(["low", "high", "high", "mid"], categories=["low", "mid", "high"], ordered=True)
+    frame = pd.DataFrame({"e": [1, 1, 2, 2], "grade": grade}, index=pd.Index(["m1", "m2", "m3", "m4"], name="mol"))
+    ordered = dcaudit.audit(frame, evidence="e", claim="grade > 'low'")
+    assert any("'grade' by order" in n for n in ordered.notes)
+    assert any("index 'mol' is not read" in n for n in ordered.notes)
+    plain = dcaudit.audit(frame.reset_index(), evidence="e", claim="grade = 'low'", id="mol")
+    assert not any("by order" in n or "index" in n for n in plain.notes)
+
+
+def test_excluded_reasons_with_equal_counts_come_in_one_order() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"e": [1, None, 2, 2, float("inf")] * 20, "y": [1, 0, None, 1, 0] * 20})
+    orders = {tuple(dcaudit.audit(frame, evidence="e", claim="y = 1").excluded_by_reason()["excluded_reason"])
+              for _ in range(6)}
+    assert len(orders) == 1
