@@ -17,6 +17,7 @@ a value of its own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,12 @@ def _check_bins(k: int) -> None:
                         "needs far fewer bins than candidates (e.g. quantile:20)")
 
 
+def value_sql(column: str, dialect: SqlDialect = DUCKDB) -> str:
+    """SQL: the double a binned rule reads from ``column``, with -0.0 as 0.0 (``+ 0.0``): the two are one value,
+    and which sign a bin's min or max or a cut point showed would otherwise depend on the order of rows."""
+    return f"(CAST({dialect.identifier(column)} AS DOUBLE) + 0.0)"
+
+
 def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
                   where: str = "TRUE") -> dict[str, list[float]]:
     """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
@@ -75,7 +82,7 @@ def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[
     probs = quantiles.probabilities(k)
     out: dict[str, list[float]] = {}
     for column in columns:
-        x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+        x = value_sql(column)
         src = f"SELECT {x} AS x, TRUE AS y FROM {relation} WHERE {where}"
         out[column] = quantiles.select(con, src, probs, quantiles.bounds(con, x, relation), resolve_bins=False).cuts
     return out
@@ -89,7 +96,7 @@ def quantile_cuts_cont(con: duckdb.DuckDBPyConnection, relation: str, columns: t
     probs = ", ".join(f"{i / k!r}" for i in range(1, k))
     aggs = []
     for column in columns:
-        x = f"CAST({quote_identifier(column)} AS DOUBLE)"
+        x = value_sql(column)
         aggs.append(f"quantile_cont({x}, [{probs}]) FILTER (WHERE isfinite({x}))")
     row = con.execute(f"SELECT {', '.join(aggs)} FROM {relation} WHERE {where}").fetchall()[0]
     return {c: sorted({float(v) for v in cuts}) if cuts else [] for c, cuts in zip(columns, row, strict=True)}
@@ -125,26 +132,77 @@ def _require_width_range(con: duckdb.DuckDBPyConnection, relation: str, column: 
 
 _EXACT_DOUBLE = 2.0**53  # integers beyond it are not all doubles: 2^53 and 2^53 + 1 are one
 
+# The numbers a text column may hold under a binned rule: what a CSV reader reads as a number (a sign, digits,
+# a fraction, an exponent; nan, inf, infinity in any case). DuckDB's cast reads more (1_000 as 1000), which
+# would make two spellings one bin where a reader of the file sees a number and a word.
+NUMBER_TEXT = r"(?i)^\s*[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|nan|inf|infinity)\s*$"
+_SPELLING = r"^\s*([+-]?)(\d*)\.?(\d*)(?:[eE]([+-]?\d+))?\s*$"  # sign, integer digits, fraction, exponent
+
+
+def _spelled_number_sql(text: str) -> str:
+    """SQL: the number a finite decimal spelling ``text`` names, as sign, significant digits and exponent
+    (``-125e1`` for ``-1250.00``), so that every spelling of one number gives one key (zero is ``0``)."""
+    p = f"regexp_extract({text}, '{_SPELLING}', ['s', 'i', 'f', 'e'])"
+    return (f"(SELECT CASE WHEN sig = '' THEN '0' ELSE (CASE WHEN p.s = '-' THEN '-' ELSE '' END) || sig || 'e' "
+            "|| CAST(coalesce(TRY_CAST(nullif(p.e, '') AS BIGINT), 0) - length(p.f) + length(digits) - length(sig) "
+            "AS VARCHAR) END FROM (SELECT p, digits, rtrim(digits, '0') AS sig FROM (SELECT p, ltrim(p.i || p.f, '0') "
+            f"AS digits FROM (SELECT {p} AS p))))")
+
 
 def _require_exact_as_double(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str],
                              rule: str) -> None:
-    """An InputError for integer (or decimal) evidence beyond 2^53 under a binned rule: bins and cut points are
-    computed on doubles, which would put 9007199254740992 and …993 in one bin without a word. (min/max come
-    from Parquet statistics where there are any.)"""
+    """An InputError for evidence a binned rule would change without a word, as bins and cut points are computed
+    on doubles: integer or decimal values beyond 2^53 (9007199254740992 and …993 would share a bin), and
+    decimal or text values that are not the number their double prints as (``4000000000000000.1`` reads as
+    ``4000000000000000.0``, text ``9007199254740993`` as …992); text that is not a number as a CSV reader
+    reads one (``1_000``) is refused first.
+
+    A value passes when its double, printed as the shortest decimal that reads back as that double, names the
+    same number: then no other passing value has that double, so doubles keep passing values apart. Every
+    value of at most 15 significant digits passes (a double holds 15 digits), so does every double's own
+    spelling (``0.30000000000000004``). (min/max of integers come from Parquet statistics where there are any.)"""
     kind = str(types.get(column, "")).upper()
-    if value_kind(kind) != "int" and not kind.startswith("DECIMAL") and kind not in ("HUGEINT", "UHUGEINT"):
-        return
     q = quote_identifier(column)
-    lo, hi = con.execute(f"SELECT min({q}), max({q}) FROM {relation}").fetchall()[0]
-    if lo is None or max(abs(float(lo)), abs(float(hi))) < _EXACT_DOUBLE:
-        return
+    text = value_kind(kind) == "text"
+    precision = re.match(r"DECIMAL\((\d+)", kind)
+    if precision and int(precision.group(1)) <= 15:
+        return  # at most 15 digits: below 2^53, and held by a double
+    if not text and not precision:
+        if value_kind(kind) != "int" and kind not in ("HUGEINT", "UHUGEINT"):
+            return
+        lo, hi = con.execute(f"SELECT min({q}), max({q}) FROM {relation}").fetchall()[0]
+        if lo is None or max(abs(float(lo)), abs(float(hi))) < _EXACT_DOUBLE:
+            return
     row = ROW if ROW in types or ROW in column_types(con, relation) else "NULL"
-    first = con.execute(f"SELECT {row}, CAST({q} AS VARCHAR) FROM {relation} WHERE abs(CAST({q} AS DOUBLE)) >= "
-                        f"{_EXACT_DOUBLE!r} LIMIT 1").fetchall()
-    first_row, value = first[0] if first else (None, str(hi))
-    raise InputError(f"fiber rule {rule}: the value {value} is beyond 2^53, where bins (computed on doubles) "
-                     "cannot tell neighbouring integers apart; use the exact rule, or scale the column",
-                     file=label_of(relation), row=first_row, column=column)
+    grammar = f"regexp_full_match(v, '{NUMBER_TEXT}')" if text else "TRUE"
+    not_its_double = (f"(v <> CAST(d AS VARCHAR) AND {_spelled_number_sql('v')} <> "
+                      f"{_spelled_number_sql('CAST(d AS VARCHAR)')})")
+    # Text is judged value by value: one that is its double's own number passes at any magnitude (1e+20, as in
+    # a float column). A decimal column, like an integer one, stops at 2^53 (its neighbours cannot be told apart).
+    beyond = f"abs(d) >= {_EXACT_DOUBLE!r}"
+    lost = f"{not_its_double}" if text else f"({beyond} OR {not_its_double})"
+    # the first (by row) value that is not a number, is beyond 2^53 or is not its double's number
+    found = con.execute(
+        f"SELECT r, v, d, CASE WHEN NOT {grammar} THEN 'text' WHEN {beyond} THEN 'beyond' "
+        f"ELSE 'digits' END FROM (SELECT {row} AS r, CAST({q} AS VARCHAR) AS v, TRY_CAST({q} AS DOUBLE) AS d "
+        f"FROM {relation} WHERE {q} IS NOT NULL) WHERE NOT {grammar} OR (isfinite(d) AND {lost})"
+        f"{' ORDER BY r' if row != 'NULL' else ''} LIMIT 1").fetchall()
+    if not found:
+        return
+    first_row, value, double, problem = found[0]
+    label = label_of(relation)
+    if problem == "text":
+        raise InputError(f"fiber rule {rule} needs numbers, but the column holds text: {value[:40]!r} (a number is "
+                         "digits with an optional sign, decimal point and exponent, or nan / inf)", file=label,
+                         row=first_row, column=column)
+    if problem == "digits":
+        raise InputError(f"fiber rule {rule}: the value {value.strip()[:40]} has more digits than a double holds (it "
+                         f"reads as {double!r}), so bins (computed on doubles) cannot tell it from its neighbours; "
+                         "use the exact rule, or round the column to 15 significant digits", file=label,
+                         row=first_row, column=column)
+    raise InputError(f"fiber rule {rule}: the value {value.strip()[:40]} is beyond 2^53, where bins (computed on "
+                     "doubles) cannot tell neighbouring integers apart; use the exact rule, or scale the column",
+                     file=label, row=first_row, column=column)
 
 
 def bin_sql(column: str, rule: FiberRule, cuts: list[float] | None, dialect: SqlDialect = DUCKDB) -> str:
@@ -215,9 +273,14 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     y_sql = claim_sql(claim, types, d)
     _require_bindable(con, relation, claim, types)
     q = d.identifier
-    floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"]
+    # Columns that can hold NaN or ±inf: floats, and under a binned rule text too, which it reads as doubles
+    # ('nan', 'inf'), so that they are excluded or fibers of their own exactly as in a float column
+    binned = emap.rule.kind in {"quantile", "width"}
+    floats = [c for c in emap.columns if value_kind(types.get(c, "")) == "float"
+              or (binned and value_kind(types.get(c, "")) == "text")]
+    num = {c: q(c) if value_kind(types.get(c, "")) == "float" else f"CAST({q(c)} AS DOUBLE)" for c in floats}
     complete = " AND ".join(f"{q(c)} IS NOT NULL" for c in emap.columns)
-    finite = " AND ".join(d.is_finite(q(c)) for c in floats) or "TRUE"
+    finite = " AND ".join(d.is_finite(num[c]) for c in floats) or "TRUE"
     cuts: dict[str, list[float]] = {}
     keys = tuple(f"k{i}" for i in range(len(emap.columns)))
     groups = None
@@ -229,7 +292,7 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
         if on_duckdb and len(emap.columns) == 1 and quantiles.interpolation_matches(con):
             # one column: the passes that select the cut points group the candidates into bins as well
             (column,) = emap.columns
-            x = f"CAST({q(column)} AS DOUBLE)"
+            x = value_sql(column, d)
             sel = quantiles.select(con, f"SELECT {x} AS x, CAST({y_sql} AS BOOLEAN) AS y FROM {relation}",
                                    quantiles.probabilities(k), quantiles.bounds(con, x, relation), resolve_bins=True)
             cuts = {column: sel.cuts}
@@ -243,13 +306,13 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
     if emap.missing == "drop":
         reasons.append(f"WHEN NOT ({complete}) THEN 'evidence_missing'")
         if floats:
-            reasons.append(f"WHEN {' OR '.join(f'isnan({q(c)})' for c in floats)} THEN 'evidence_nan'")
-            reasons.append(f"WHEN {' OR '.join(d.is_inf(q(c)) for c in floats)} THEN 'evidence_infinite'")
+            reasons.append(f"WHEN {' OR '.join(f'isnan({num[c]})' for c in floats)} THEN 'evidence_nan'")
+            reasons.append(f"WHEN {' OR '.join(d.is_inf(num[c]) for c in floats)} THEN 'evidence_infinite'")
     if claim.columns:
         reasons.append(f"WHEN {' OR '.join(f'{q(c)} IS NULL' for c in claim.columns)} THEN 'claim_missing'")
     reasons.append(f"WHEN ({y_sql}) IS NULL THEN 'claim_undefined'")
     first = q(emap.columns[0])
-    x0 = d.try_double(first) if emap.rule.kind != "exact" else d.null_double
+    x0 = f"({d.try_double(first)} + 0.0)" if emap.rule.kind != "exact" else d.null_double  # -0.0 as 0.0 (value_sql)
     has_row = with_row and ROW in types
     sql = (
         f"SELECT CAST({q(id_column)} AS {d.text_type}) AS candidate_id, {', '.join(parts)}, "

@@ -186,7 +186,9 @@ def _never_excluded(con: duckdb.DuckDBPyConnection, relation: str, evidence: Evi
         return False
     cols = list(dict.fromkeys((*evidence.columns, *claim.columns)))
     types = column_types(con, relation)
-    if any(value_kind(types.get(c, "")) == "float" for c in cols):
+    binned = evidence.rule.kind in {"quantile", "width"}  # which reads text evidence as doubles: 'nan', 'inf'
+    if any(value_kind(types.get(c, "")) == "float" or (binned and c in evidence.columns and
+                                                        value_kind(types.get(c, "")) == "text") for c in cols):
         return False  # NaN or ±inf would exclude a candidate; statistics do not count them
     counts = con.execute(f"SELECT count(*), {', '.join(f'count({quote_identifier(c)})' for c in cols)} "
                          f"FROM {relation}").fetchall()[0]

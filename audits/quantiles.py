@@ -249,7 +249,15 @@ def _code_sql(lo: float, hi: float, buckets: int) -> str:
     """Bucket of ``x`` among ``buckets`` equal-width buckets on [lo, hi]: monotone in x, NULL for NULL,
     NaN, ±inf and values too far out for an INTEGER (bounds are hints: values beyond them get codes
     beyond 0 .. buckets, still in order)."""
-    scale = (buckets / 2) / (hi / 2 - lo / 2) if hi > lo else 1.0  # halves: no overflow to inf
+    lo, hi = float(lo), float(hi)  # Python floats: a subnormal span overflows 1 / span to inf without a warning
+    if not hi > lo:  # one value (or no range): every value in bucket 0, others in order beyond it
+        return f"TRY_CAST(x - {dbl(lo)} AS INTEGER)"
+    span = hi - lo
+    if not math.isfinite(span):  # -1e308 .. 1e308: halves do not overflow (and are normal numbers here)
+        return f"TRY_CAST((x / 2 - {dbl(lo / 2)}) / {dbl(hi / 2 - lo / 2)} * {buckets} AS INTEGER)"
+    scale = buckets / span
+    if not math.isfinite(scale):  # a subnormal span (0 .. 5e-324): divide by it instead, ratios are finite
+        return f"TRY_CAST((x - {dbl(lo)}) / {dbl(span)} * {buckets} AS INTEGER)"
     return f"TRY_CAST((x - {dbl(lo)}) * {dbl(scale)} AS INTEGER)"
 
 
