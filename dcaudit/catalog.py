@@ -157,6 +157,7 @@ class Catalog:
         # records two or three times (stale runs, the reuse lookup, the catalog build); unchanged ones are
         # parsed once.
         self._parsed: dict[str, tuple[int, int, dict]] = {}
+        self._listings: dict[str, list[list[object]]] = {}   # package dir -> its files, as last fingerprinted
 
     # ------------------------------------------------------------ records (the registry)
 
@@ -293,6 +294,7 @@ class Catalog:
         is: the catalog is current when its stored fingerprint equals this."""
         h = hashlib.sha256(f"{CATALOG_FORMAT}\0{self.home.absolute()}\0".encode())
         h.update(json.dumps(TABLE_SCHEMAS, sort_keys=True).encode())
+        listings: dict[str, list[list[object]]] = {}
         for base in (self.records_dir, self.settings.runs_dir):
             with contextlib.suppress(FileNotFoundError):
                 for entry in sorted(os.scandir(base), key=lambda e: e.name):
@@ -300,13 +302,21 @@ class Catalog:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         with contextlib.suppress(OSError):
+                            listing = []
                             for sub in sorted(os.scandir(entry.path), key=lambda e: e.name):
+                                if not sub.is_file():
+                                    continue
+                                st = sub.stat()
+                                listing.append([sub.name, st.st_size, st.st_mtime_ns])
                                 if sub.name.endswith((".parquet", ".json")):
-                                    st = sub.stat()
                                     h.update(f"{entry.name}/{sub.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                            listings[str(Path(entry.path).absolute())] = listing
                     else:
                         st = entry.stat()
                         h.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        # each package's listing as this fingerprint saw it: the build that follows answers an unchanged
+        # package from it (:meth:`_VerifyCache.package_problems`) instead of listing the directory again
+        self._listings = listings
         return h.hexdigest()
 
     def rebuild(self, *, reason: str | None = None) -> BuildReport:
@@ -393,6 +403,7 @@ class Catalog:
         by_id = {r["run_id"]: r for r in records}
         self._adopt_orphan_packages(by_id, report, write_back=write_back)
         cache = _VerifyCache.load(self.cache_path, self.home)
+        cache.listings = self._listings
         host = socket.gethostname()
         runs_dir = self.settings.runs_dir.absolute()
         # verify every package a succeeded run owns (under runs/), once per directory
@@ -430,7 +441,8 @@ class Catalog:
             row = {c: rec.get(c) for c in _RUN_COLUMNS}
             run_dir = where[rec["run_id"]]
             row["run_dir"] = str(run_dir)
-            row["input_hashes"] = json.dumps(rec.get("input_hashes") or {}, sort_keys=True)
+            hashes = rec.get("input_hashes") or {}
+            row["input_hashes"] = json.dumps(hashes, sort_keys=True) if hashes else "{}"
             status = rec.get("status")
             if status in ("succeeded", "reused") and problems.get(run_dir):
                 row["status"] = "incompatible" if run_dir in incompatible else "damaged"
@@ -811,6 +823,8 @@ class _VerifyCache:
         self.schemas: dict[str, list] = schemas or {}   # schema id -> [[column, kind], ...], stored once
         self._stat: dict[str, tuple[int, int]] = {}
         self._listed: dict[str, dict[str, tuple[int, int]]] = {}   # dir -> name -> stat, as listed this build
+        self.listings: dict[str, list[list[object]]] = {}   # dir -> listing taken by the fingerprint, if any
+        self._schema_rows: dict[str, list[tuple[str, str]]] = {}   # schema id -> its rows, converted once
 
     @classmethod
     def load(cls, path: Path, home: Path) -> _VerifyCache:
@@ -883,7 +897,8 @@ class _VerifyCache:
     def package_problems(self, run_dir: Path) -> list[str]:
         """:func:`dcaudit.storage.verify_package`'s problems with ``run_dir``, from the cache when the
         directory lists the same files, with the same sizes and modification times, as when last verified."""
-        listing = _listing(run_dir)   # taken before verifying: a file changed meanwhile is verified again
+        # taken before verifying (by the fingerprint, or now): a file changed meanwhile is verified again
+        listing = self.listings.get(str(run_dir)) or _listing(run_dir)
         if listing is not None:
             self._listed[str(run_dir)] = {str(n): (int(z), int(m)) for n, z, m in listing}  # type: ignore[call-overload]
         package = self.packages.get(str(run_dir))
@@ -907,7 +922,13 @@ class _VerifyCache:
             if isinstance(known, list):   # inline, as earlier versions stored it: stored once from now on
                 entry["schema"], self.dirty = self._intern(known), True
             elif isinstance(known, str):
-                known = self.schemas.get(known)
+                rows = self._schema_rows.get(known)
+                if rows is not None:
+                    return rows
+                listed = self.schemas.get(known)
+                if isinstance(listed, list):
+                    rows = self._schema_rows[known] = [(str(c), str(k)) for c, k in listed]
+                    return rows
             if isinstance(known, list):
                 return [(str(c), str(k)) for c, k in known]
         schema = [(f.name, _kind(f.type)) for f in pq.read_schema(path)]
