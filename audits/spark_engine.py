@@ -234,7 +234,8 @@ class SparkEngine:
             x = f"CAST({SPARK.identifier(column)} AS DOUBLE)"
             aggs.append(f"percentile({x}, array({probs})) FILTER (WHERE {SPARK.is_finite(x)}) AS q{i}")
         row = self._collect(f"SELECT {', '.join(aggs)} FROM {source} WHERE {where}").to_pylist()[0]
-        return {c: sorted({float(v) for v in row[f"q{i}"]}) if row[f"q{i}"] else [] for i, c in enumerate(columns)}
+        # + 0.0: a cut at -0.0 reads 0.0, as on DuckDB (audits.evidence.value_sql)
+        return {c: sorted({float(v) + 0.0 for v in row[f"q{i}"]}) if row[f"q{i}"] else [] for i, c in enumerate(columns)}
 
     def group_counts(self, ev: EvidenceSQL, into: str) -> None:
         keys = ", ".join(ev.key_columns)

@@ -792,16 +792,16 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                     why: str) -> None:
     """An InputError naming the first row whose ``column`` is not a number, when the column is not numeric."""
     kind = value_kind(types.get(column, ""))
+    # A numeric column is numbers even when every value is missing: its candidates are excluded as
+    # evidence_missing, as any missing value is. A column with no type of its own (a CSV column without a
+    # single value reads as text) has nothing to tell it is numeric: that is the error below.
+    if kind in {"float", "int", "bool"}:
+        return
     label = label_of(relation)
     q = quote_identifier(column)
     try:
-        # a typed column with no values at all (every row NULL) has nothing to work on either; a relation
-        # without rows is a schema an engine checks before it reads (the Spark engine's), not empty data
-        numeric = kind in {"float", "int", "bool"}
-        found = None if numeric else first_non_number(con, relation, column)
-        n_rows, n_values = con.execute(f"SELECT count(*), count({q}) FROM {relation}").fetchall()[0]
-        if numeric and n_rows == 0:
-            return
+        found = first_non_number(con, relation, column)
+        n_values = con.execute(f"SELECT count({q}) FROM {relation}").fetchall()[0][0]
     except duckdb.Error as exc:
         if machine_limit(exc):  # memory or spill disk, not the data: the run says so
             raise

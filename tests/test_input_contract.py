@@ -882,10 +882,15 @@ def test_frames_arrow_cannot_take_name_the_column() -> None:
 
 
 @pytest.mark.parametrize("rule", ["quantile:2", "width:1"])
-def test_a_typed_column_without_values_under_a_binned_rule_is_an_error(rule: str) -> None:
+def test_a_typed_column_without_values_under_a_binned_rule_excludes_every_candidate(rule: str, tmp_path: Path) -> None:
+    """A numeric column whose values are all missing is still numbers: every candidate excluded as
+    evidence_missing, from a frame and from Parquet alike (a CSV column without a value has no type: error)."""
     empty = pa.table({"e": pa.nulls(4, pa.float64()), "y": [1, 0, 1, 0]})
-    with pytest.raises(InputError, match="no values, so fiber rule .* has nothing to work on .*column 'e'"):
-        dcaudit.audit(empty, evidence="e", claim="y = 1", fiber_rule=rule)
+    pq.write_table(empty, tmp_path / "empty.parquet")
+    for data in (empty, tmp_path / "empty.parquet", pl.from_arrow(empty)):
+        result = dcaudit.audit(data, evidence="e", claim="y = 1", fiber_rule=rule)
+        assert result.summary["n_candidates"].to_list() == [0] and result.summary["n_excluded"].to_list() == [4]
+        assert result.excluded_by_reason()["excluded_reason"].to_list() == ["evidence_missing"]
 
 
 @settings(max_examples=60, deadline=None)
