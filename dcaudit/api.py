@@ -301,6 +301,13 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
     return spec_from_dict(raw, origin=origin)
 
 
+def _input_paths(spec: PipelineSpec, data: object) -> list[Path]:
+    """The files (or, for a glob, the folder) a run reads, which no --out may replace."""
+    named = data if isinstance(data, str | Path) else spec.source
+    path = Path(named)
+    return [path.parent if any(ch in path.name for ch in "*?[") else path]
+
+
 def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
              out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb",
              report: bool = True) -> Result:
@@ -316,7 +323,7 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
         if out_dir is not None:
             if out_dir.exists() and not out_dir.is_dir():
                 raise SpecError(f"--out {out_dir} is a file; give a directory for the evidence package")
-            check_out_dir(out_dir, s.home)
+            check_out_dir(out_dir, s.home, inputs=_input_paths(spec, data))
             empty = out_dir.is_dir() and not any(out_dir.iterdir())  # nothing to lose: no --force needed
             if out_dir.exists() and not empty and not force:
                 raise SpecError(f"--out {out_dir} exists and is not empty; pass --force to replace it (the old "

@@ -21,6 +21,7 @@ from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import NO_REPORT as _NO_REPORT
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
+from dcaudit.cli_common import one_output
 from dcaudit.cli_tables import COMMANDS
 from dcaudit.config import Settings, load_settings
 from dcaudit.errors import DcauditError, RunInterrupted, RunLockedError, SpecError, one_line
@@ -105,10 +106,11 @@ and does not fail a batch (run alone, it exits 2).
 
 @cli.command(epilog=EXIT_CODES)
 @click.argument("spec", metavar="SPEC...", nargs=-1)
-@click.option("--all", "run_all", is_flag=True, help="Run every built-in spec (dcaudit specs lists them).")
+@click.option("--all", "run_all", is_flag=True, help="Run every built-in spec (dcaudit specs lists them); with "
+              "SPECs too, those first and then the built-in ones not among them.")
 @click.option("--force", is_flag=True, help="Recompute even when spec, inputs and code are unchanged.")
-@click.option("--quiet", is_flag=True, help="Print only the run id(s); no progress.")
-@click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary rows "
+@click.option("--quiet", is_flag=True, callback=one_output, help="Print only the run id(s); no progress.")
+@click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON on stdout: run_id, status, package_dir, summary rows "
               "(one object; a list with --all or several specs).")
 @_ENGINE
 @_NO_REPORT
@@ -209,8 +211,8 @@ def _show_outcome(outcome: Outcome, *, quiet: bool, as_json: bool) -> None:
               help="How many recent runs to list.")
 @click.option("--diff", "diff_spec", metavar="SPEC", help="Compare the latest two succeeded runs of SPEC: what "
               "moved in the certified and ambiguous fractions, and whether data or code changed.")
-@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-@click.option("--quiet", is_flag=True, help="Only the run ids, one per line.")
+@click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON instead of a table.")
+@click.option("--quiet", is_flag=True, callback=one_output, help="Only the run ids, one per line.")
 @click.pass_obj
 def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, quiet: bool) -> None:
     """List recent runs (id, spec, status, time) from the catalog, or --diff the latest two of a spec.
@@ -245,14 +247,19 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
 
 @cli.command()
 @click.argument("sql")
-@click.option("--json", "as_json", is_flag=True, help="JSON rows instead of a table.")
-@click.option("--quiet", is_flag=True, help="Tab-separated rows without a header (for shell scripts).")
+@click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON rows instead of a table (NaN and ±inf as the strings "
+              "\"NaN\", \"Infinity\", \"-Infinity\": strict JSON).")
+@click.option("--quiet", is_flag=True, callback=one_output, help="Tab-separated rows without a header (for shell scripts); a tab, newline "
+              "or backslash inside a value is written \\t, \\n, \\\\.")
 @click.pass_obj
 def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
-    """Run SQL against the catalog (views: runs, summary, fibers, candidates, replay, completion, …)."""
+    """Run SQL against the catalog (views: runs, summary, fibers, candidates, replay, completion, …).
+    With several statements separated by ;, the last one's rows are printed."""
     from dcaudit.catalog import Catalog
     from dcaudit.reports.console import print_rows
 
+    if not sql.strip():
+        raise click.UsageError("the SQL is empty: give a statement, e.g. 'SELECT * FROM summary'")
     print_rows(Catalog(settings).query(sql), as_json=as_json, tsv=quiet)
 
 
@@ -297,16 +304,21 @@ def report(settings: Settings, run: str, out: Path | None, compare_to: str | Non
 @click.option("--format", "fmt", type=click.Choice(["benchcert"]), default="benchcert", show_default=True,
               help="benchcert: summary.json, fiber_table.csv, ambiguous_cases.csv, report.html.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Directory to write the files to.")
+@click.option("--force", is_flag=True, help="Replace export files already in --out (never an evidence package's).")
 @click.pass_obj
-def export(settings: Settings, run: str, fmt: str, out: Path) -> None:
+def export(settings: Settings, run: str, fmt: str, out: Path, force: bool) -> None:
     """Export RUN (a run id, a spec name for its latest run, or a package directory) for another tool."""
     from dcaudit.catalog import Catalog
-    from dcaudit.reports.export_benchcert import export_benchcert
-    from dcaudit.storage import check_out_dir
+    from dcaudit.reports.export_benchcert import FILES, export_benchcert
+    from dcaudit.storage import check_out_file
 
-    check_out_dir(out, settings.home)
     if out.exists() and not out.is_dir():
         raise SpecError(f"--out {out} is a file; give a directory for the exported files")
+    for name in FILES:   # each file the export writes: never into a package or the workspace's own places
+        check_out_file(out / name, settings.home, may_replace=lambda n: False)
+    there = [name for name in FILES if (out / name).exists()]
+    if there and not force:
+        raise SpecError(f"--out {out} already holds {', '.join(there)}; pass --force to replace them")
     path = Path(run)
     run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
     for written in export_benchcert(run_dir, out):
@@ -328,7 +340,7 @@ def specs() -> None:
               "or random-order trials (acquisition; paper: 200). Default: the paper's.")
 @click.option("--geometries", type=click.IntRange(min=0), help="acquisition only: also re-draw the geometry this "
               "many times and report the spread of the curves (not in the paper).")
-@click.option("--quiet", is_flag=True, help="Print only the run id.")
+@click.option("--quiet", is_flag=True, callback=one_output, help="Print only the run id.")
 @click.pass_obj
 def simulate(settings: Settings, experiment: str, seeds: int | None, geometries: int | None, quiet: bool) -> None:
     """Controlled linear response-space experiments (no data needed; docs/controlled.md).

@@ -10,6 +10,15 @@ import click
 
 from dcaudit import defaults
 
+
+def one_output(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """Callback of --quiet and --json: two output formats, so giving both is a usage error (whichever of
+    the two click reads second sees the first in ``ctx.params``)."""
+    other = "as_json" if param.name == "quiet" else "quiet"
+    if value and ctx.params.get(other):
+        raise click.UsageError("--quiet and --json are two output formats: give one")
+    return value
+
 if TYPE_CHECKING:
     import pyarrow as pa
 

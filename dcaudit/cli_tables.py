@@ -20,6 +20,7 @@ from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_common import compose as _compose
 from dcaudit.cli_common import evidence_arg as _evidence
 from dcaudit.cli_common import given as _given
+from dcaudit.cli_common import one_output
 from dcaudit.cli_common import show_result as _show
 from dcaudit.config import Settings
 
@@ -59,8 +60,8 @@ _PACKAGE = _compose(
                  "of the workspace."),
     click.option("--force", is_flag=True, help="Replace an existing --out directory (only once the new one is "
                  "complete)."),
-    click.option("--quiet", is_flag=True, help="Print only the package directory."),
-    click.option("--json", "as_json", is_flag=True, help="JSON on stdout: run_id, status, package_dir, summary."),
+    click.option("--quiet", is_flag=True, callback=one_output, help="Print only the package directory."),
+    click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON on stdout: run_id, status, package_dir, summary."),
     _NO_REPORT,
 )
 

@@ -1,9 +1,9 @@
 """Storage in the core: atomic writes, one sha256 helper, and the evidence package (one directory per run,
 one Parquet file per row shape, plus manifest.json).
 
-Writes are atomic: everything goes to a hidden ``.<name>.partial`` sibling first and is renamed
-into place only when complete, so a crash or a failed run never leaves a half-written package and
-never touches a package that was already there.
+Writes are atomic: everything goes to a hidden ``.partial/<name>.<pid>.<token>.tmp`` below the parent
+first and is renamed into place only when complete, so a crash or a failed run never leaves a half-written
+package and never touches a package that was already there.
 
 Every package table has a declared schema (:data:`TABLE_SCHEMAS`, column -> DuckDB type). Packages are
 written with it (declared columns cast to their type; a value that does not fit is an error, never a new
@@ -17,8 +17,10 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -305,9 +307,7 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     if target.exists() and not replace_existing:
         raise FileExistsError(f"{target} already exists; pass --force to replace it (the old one is kept "
                               "until the new package is complete)")
-    # Two levels below the parent, so catalog globs (runs/*/x.parquet) never see a partial package.
-    partial = target.parent / ".partial" / target.name
-    shutil.rmtree(partial, ignore_errors=True)
+    partial = staging_dir(target)
     partial.mkdir(parents=True)
     counts: dict[str, int] = {}
     try:
@@ -326,16 +326,30 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
             finalize(partial)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
+        _remove_if_empty(partial.parent)
         raise
     if target.exists():
-        old = target.parent / ".partial" / f"{target.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
+        old = partial.with_name(partial.name.removesuffix(".tmp") + ".old")
         os.replace(target, old)
         os.replace(partial, target)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(partial, target)
+    _remove_if_empty(partial.parent)
     return target
+
+
+def staging_dir(target: Path) -> Path:
+    """Where a package for ``target`` is written before it is renamed into place: two levels below the
+    parent, so catalog globs (runs/*/x.parquet) never see a partial package, under a name of this write's
+    own (``<name>.<pid>.<token>.tmp``), so nothing already in ``.partial`` — another write, or a directory
+    of the user's — is ever touched."""
+    return Path(target).parent / ".partial" / f"{Path(target).name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):   # not empty (another write, the user's files) or already gone: kept
+        folder.rmdir()
 
 
 # What a workspace keeps for itself ($DCAUDIT_HOME/<name>): no --out may write into or over these.
@@ -346,10 +360,12 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def check_out_dir(target: Path, home: Path, option: str = "--out") -> None:
+def check_out_dir(target: Path, home: Path, option: str = "--out", *, inputs: Iterable[Path | str] = ()) -> None:
     """A SpecError for a package directory that would replace the workspace or what it keeps: the workspace
     itself, a directory around it, or a place inside its runs, records, tables, raw data or locks (``--force``
-    would delete them first). Also for a path under a file."""
+    would delete them first). Also for a path under a file, the current directory (or one holding it), an
+    existing directory of other files than an evidence package (``--force`` replaces only packages), and a
+    directory holding one of ``inputs`` (the files the run reads)."""
     from dcaudit.config import file_in_the_way
     from dcaudit.errors import SpecError
 
@@ -364,6 +380,45 @@ def check_out_dir(target: Path, home: Path, option: str = "--out") -> None:
     blocked = file_in_the_way(out)
     if blocked is not None:
         raise SpecError(f"{option} {target}: {blocked} is a file, so no directory can be made under it")
+    with contextlib.suppress(OSError):
+        if _within(Path.cwd().resolve(), out):
+            raise SpecError(f"{option} {target} is the current directory or holds it; a package replaces its "
+                            f"directory whole: give a new directory, e.g. {option} results")
+    if out.is_dir() and any(out.iterdir()) and not _is_package(out):
+        raise SpecError(f"{option} {target} is a directory of other files, not an evidence package (it has no "
+                        "manifest.json); only an earlier package is replaced (--force): give a new or empty "
+                        "directory")
+    for source in inputs:
+        if _within(Path(source).expanduser().resolve(), out):
+            raise SpecError(f"{option} {target} holds the input {source}, which replacing the directory would "
+                            "delete: give a directory elsewhere")
+    problem = _unwritable(out)
+    if problem is not None:
+        raise SpecError(f"{option} {target} cannot be written ({problem}): give a directory you can write to")
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why nothing can be made at ``out`` (its nearest existing folder refuses a new entry), or None. Tried
+    with a directory made and removed at once, before any work: permissions alone do not tell (root, /proc)."""
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        probe = tempfile.mkdtemp(prefix=".dcaudit-probe-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    with contextlib.suppress(OSError):
+        os.rmdir(probe)
+    return None
+
+
+def _is_package(folder: Path) -> bool:
+    """A directory dcaudit wrote as an evidence package: its manifest.json reads as one."""
+    try:
+        manifest = read_manifest(folder)
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest.get("files"), dict)
 
 
 def check_out_file(target: Path, home: Path, *, may_replace: Callable[[str], bool], option: str = "--out") -> None:

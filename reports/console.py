@@ -113,17 +113,38 @@ def _cell(value: object) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def _json_safe(value: object) -> object:
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _tsv_cell(value: object) -> str:
+    """A value in one tab-separated field: backslash, tab, newline and carriage return escaped (as
+    PostgreSQL's text format does), so every row stays one line of the same fields."""
+    return (_cell(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
+
+
 def print_rows(table: pa.Table, *, as_json: bool = False, tsv: bool = False) -> None:
     """Any table on stdout: a rich table (wide enough for logs), JSON rows, or tab-separated rows."""
     import json
     import sys
 
     if as_json:
-        print(json.dumps(table.to_pylist(), default=str, indent=1))
+        # strict JSON: NaN and ±inf as the strings "NaN", "Infinity", "-Infinity" (json writes bare NaN, which
+        # other readers refuse or, as jq does, turn into null or 1.79e308 without a word)
+        print(json.dumps(_json_safe(table.to_pylist()), default=str, indent=1, allow_nan=False))
         return
     if tsv:
         for row in table.to_pylist():
-            print("\t".join(_cell(v) for v in row.values()))
+            print("\t".join(_tsv_cell(v) for v in row.values()))
         return
     out = Table(show_lines=False)
     for name in table.column_names:

@@ -118,3 +118,93 @@ def test_a_package_rewritten_with_other_columns_is_refused_in_one_message(tmp_pa
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "'n' is string, not BIGINT" in result.output and "'n_fibers'" in result.output
     assert not (tmp_path / "r.html").exists()
+
+
+def _package(tmp_path: Path, name: str = "src") -> Path:
+    return write_package(tmp_path / name, "r1", {"summary": pa.table({"n_candidates": [1]})}, {"spec": "s"})
+
+
+def test_staging_never_touches_what_is_in_dot_partial_and_leaves_nothing(tmp_path: Path) -> None:
+    mine = tmp_path / ".partial" / "pkg"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    write_package(tmp_path / "pkg", "r1", {"summary": pa.table({"n_candidates": [1]})}, {"spec": "s"})
+    assert (mine / "notes.txt").read_text() == "mine"
+    write_package(tmp_path / "elsewhere" / "pkg", "r1", {"summary": pa.table({"n_candidates": [1]})}, {})
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["pkg"]   # no .partial left behind
+
+
+def _cli(tmp_path: Path, *args: str):  # noqa: ANN202
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def _csv(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "small.csv"
+    path.write_text("cid,e1,y\n" + "".join(f"c{i},{i % 3},{i % 2}\n" for i in range(12)))
+    return path
+
+
+AUDIT = ("--id", "cid", "--evidence", "e1", "--claim", "y = 1", "--no-report")
+
+
+def test_force_replaces_only_an_evidence_package_and_never_the_input(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    data = _csv(tmp_path / "data")
+    (tmp_path / "data" / "README.txt").write_text("notes")
+    result = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(tmp_path / "data"), "--force")
+    assert result.exit_code == 2 and "not an evidence package" in result.output, result.output
+    assert data.exists() and (tmp_path / "data" / "README.txt").read_text() == "notes"
+    # an earlier package that the input was saved into: replacing it would delete the input
+    earlier = tmp_path / "earlier"
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(earlier)).exit_code == 0
+    inside = earlier / "small.csv"
+    inside.write_text(data.read_text())
+    result = _cli(tmp_path, "audit", str(inside), *AUDIT, "--out", str(earlier), "--force")
+    assert result.exit_code == 2 and "holds the input" in result.output and inside.exists(), result.output
+    monkeypatch.chdir(tmp_path / "data")
+    result = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", ".", "--force")
+    assert result.exit_code == 2 and "current directory" in result.output
+    package = tmp_path / "results"
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package)).exit_code == 0
+    again = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package), "--force")   # a package: replaced
+    assert again.exit_code == 0 and (package / "manifest.json").is_file(), again.output
+    (tmp_path / "empty").mkdir()
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(tmp_path / "empty")).exit_code == 0
+    unwritable = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", "/proc/dcaudit-test")
+    assert unwritable.exit_code == 2 and "cannot be written" in unwritable.output
+
+
+def test_export_replaces_files_only_with_force_and_never_a_packages(tmp_path: Path) -> None:
+    data = _csv(tmp_path / "data")
+    package = tmp_path / "pkg"
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package)).exit_code == 0
+    out = tmp_path / "exported"
+    out.mkdir()
+    (out / "summary.json").write_text('{"mine": true}')
+    refused = _cli(tmp_path, "export", str(package), "--out", str(out))
+    assert refused.exit_code == 2 and "summary.json" in refused.output and "--force" in refused.output
+    assert (out / "summary.json").read_text() == '{"mine": true}'
+    assert _cli(tmp_path, "export", str(package), "--out", str(out), "--force").exit_code == 0
+    other = tmp_path / "pkg2"
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(other)).exit_code == 0
+    into = _cli(tmp_path, "export", str(package), "--out", str(other), "--force")
+    assert into.exit_code == 2 and "evidence package" in into.output
+
+
+def test_query_output_is_strict_json_and_one_line_per_row(tmp_path: Path) -> None:
+    import json
+
+    data = _csv(tmp_path / "data")
+    assert _cli(tmp_path, "audit", str(data), *AUDIT).exit_code == 0
+    sql = "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 'x' || chr(9) || 'y' || chr(10) || 'z\\w' AS t"
+    rows = json.loads(_cli(tmp_path, "query", "--json", sql).output)   # json.loads would take bare NaN too:
+    assert rows == [{"a": "NaN", "b": "Infinity", "t": "x\ty\nz\\w"}]  # so the values are checked
+    assert _cli(tmp_path, "query", "--quiet", sql).output == "nan\tinf\tx\\ty\\nz\\\\w\n"
+    for args in (("query", " "), ("query", "--json", "--quiet", "SELECT 1")):
+        result = _cli(tmp_path, *args)
+        assert result.exit_code == 2 and "Error:" in result.output

@@ -128,7 +128,7 @@ def test_kill_9_mid_write_then_rerun_loses_nothing(tmp_path: Path, bench: Path) 
     assert overlap.exit_code == 75 and "in progress" in overlap.output
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    partial = home / "runs" / ".partial" / killed_id
+    (partial,) = (home / "runs" / ".partial").glob(f"{killed_id}.*.tmp")   # storage.staging_dir's name
     assert partial.is_dir() and not (home / "runs" / killed_id).exists()   # half-written, never published
     catalog = Catalog(Settings(home, None, "1GB", 1, True))
     assert catalog.query("SELECT count(*) FROM summary").column(0)[0].as_py() == 1   # views see only run 1
