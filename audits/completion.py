@@ -299,7 +299,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     con.execute(
         f"""CREATE TEMP TABLE {t}w AS
         SELECT seed, pid, count_if(cal) AS n_cal, count_if(NOT cal) AS n_test FROM (
-          SELECT CAST(s.seed AS INTEGER) AS seed, c.pid,
+          SELECT s.seed, c.pid,  -- BIGINT as range() makes it: offsets reach ±2^62 (dcaudit.defaults)
                  {split_sql('c.candidate_id', 's.seed', config.calibration_fraction)} AS cal
           FROM {cand} c CROSS JOIN (SELECT range AS seed FROM range({lo}, {hi})) s)
         GROUP BY seed, pid""")
@@ -354,7 +354,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
                    coalesce(abs(u.r), 0.0) AS absr  -- a column constant on calibration has no linear relation
             FROM (SELECT seed, unnest([{longs}]) AS u FROM s)""")
     else:
-        con.execute(f"CREATE TEMP TABLE {t}cor (seed INTEGER, q INTEGER, col INTEGER, absr DOUBLE)")
+        con.execute(f"CREATE TEMP TABLE {t}cor (seed BIGINT, q INTEGER, col INTEGER, absr DOUBLE)")
 
     # One track per (policy, seed), random_draws tracks per seed for random.
     track_rows = " UNION ALL ".join(
@@ -610,7 +610,7 @@ def _assemble(con: duckdb.DuckDBPyConnection, t: str, evidence: EvidenceMap, cla
         all_mode AS (SELECT policy, step, first(probe ORDER BY k DESC, probe) AS probe_added,
                             max(k) / sum(k) AS probe_added_share FROM all_probe GROUP BY ALL),
         mean AS (
-          SELECT policy, step, CAST(NULL AS INTEGER) AS seed, count(*) AS n_draws,
+          SELECT policy, step, CAST(NULL AS BIGINT) AS seed, count(*) AS n_draws,
                  {_avg("certified_fraction", "seed, draw")} AS certified_fraction,
                  quantile_cont(certified_fraction, 0.1) AS certified_fraction_p10,
                  quantile_cont(certified_fraction, 0.9) AS certified_fraction_p90,

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from dcaudit import arrays, defaults
+from dcaudit.splits import exact_seeds
 
 BASELINES = tuple(p for p in defaults.REPLAY_POLICIES if p != "certified_only")  # the fixed policies that decide all
 COST_POLICIES = (*BASELINES, *defaults.PRICE_AWARE_POLICIES)
@@ -346,7 +347,7 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     table["model"] = arrays.strings(np.concatenate([np.tile(model, n_pol * n_prices),
                                                     np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
                                                    ).tolist())
-    seeds = np.tile(np.asarray(ps["seed"], dtype=np.int64), n_pol * n_prices)
+    seeds = np.tile(exact_seeds(ps["seed"]), n_pol * n_prices)
     table["seed"] = arrays.int64(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
                                  np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
     table["n_seeds"] = arrays.int64(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),

@@ -113,7 +113,14 @@ from dcaudit.inputs import (
     user_columns,
 )
 from dcaudit.spec import check_keys, coerce_field, name_list, typed_fields
-from dcaudit.splits import SPLIT_BUCKETS, SplitDesign, check_calibration_fraction, split_sql, split_threshold
+from dcaudit.splits import (
+    SPLIT_BUCKETS,
+    SplitDesign,
+    check_calibration_fraction,
+    exact_seeds,
+    split_sql,
+    split_threshold,
+)
 from dcaudit.stage import StageContext, StageTables
 
 if TYPE_CHECKING:
@@ -413,8 +420,9 @@ def _replay_table(ps: dict[str, np.ndarray], cfg: ReplayConfig, labels: ReplayLa
     table["n_excluded"] = _const(labels.n_excluded, n_rows, "int64")
     table["model"] = arrays.strings(np.concatenate([rows["model"], summary["model"]]).tolist())
     table["policy"] = arrays.strings(np.concatenate([rows["policy"], summary["policy"]]).tolist())
-    seeds = np.concatenate([_float(rows["seed"]), np.full(n_sum, np.nan)])
-    table["seed"] = arrays.int64(np.nan_to_num(seeds).astype(np.int64), np.isnan(seeds))
+    # int64 throughout, never via NaN-as-NULL doubles: a double holds seeds exactly only up to 2^53
+    seeds = np.concatenate([exact_seeds(rows["seed"]), np.zeros(n_sum, dtype=np.int64)])
+    table["seed"] = arrays.int64(seeds, np.arange(n_rows) >= n_seed_rows)
     table["n_seeds"] = arrays.int64(np.concatenate([np.ones(n_seed_rows, dtype=np.int64),
                                                     np.asarray(summary["n_seeds"], dtype=np.int64)]))
     for key in _MEANS:
@@ -497,8 +505,10 @@ def _split_hashes(h: np.ndarray, seeds: np.ndarray) -> np.ndarray:
 
 def _hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
     """True when :func:`_split_hashes` reproduces this DuckDB's ``hash(h, seed)`` (checked on a sample)."""
-    got = con.execute("SELECT hash(i * 7919) AS h, i - 40 AS s, hash(hash(i * 7919), i - 40) AS hs "
-                      "FROM range(80) t(i)").fetchnumpy()
+    # small seeds and seeds across the whole accepted range (±2^62, negative ones too): all their bits count
+    got = con.execute("SELECT hash(i * 7919) AS h, s, hash(hash(i * 7919), s) AS hs FROM (SELECT i, "
+                      "CASE WHEN i % 2 = 0 THEN i - 40 ELSE (i - 40) * 115292150460684697 + i END AS s "
+                      "FROM range(80) t(i))").fetchnumpy()
     want = np.asarray(got["hs"], dtype=np.uint64)
     return bool(np.array_equal(_split_hashes(np.asarray(got["h"], dtype=np.uint64), np.asarray(got["s"])), want))
 

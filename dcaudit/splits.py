@@ -8,7 +8,10 @@ computes the same split in numpy, ``dcaudit.audits.replay.split_counts``, checke
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SPLIT_BUCKETS = 1_000_000
 
@@ -50,3 +53,14 @@ def split_sql(hash_sql: str, seed_sql: str, threshold: int) -> str:
     """DuckDB SQL, TRUE for calibration: ``hash_sql`` is the candidate's ``hash(CAST(id AS VARCHAR))``,
     ``seed_sql`` a BIGINT seed."""
     return f"(hash({hash_sql}, {seed_sql}) % {SPLIT_BUCKETS}) < {threshold}"
+
+
+def exact_seeds(values: Any) -> np.ndarray:
+    """Seeds as an int64 array for a table's ``seed`` column. Seeds reach ±2^62 and a double holds integers
+    exactly only up to 2^53, so seeds that went through a float array are refused, not written rounded."""
+    import numpy as np
+
+    seeds = np.asarray(values)
+    if seeds.dtype.kind != "i":  # a bug upstream (a float or object array), never the user's input
+        raise AssertionError(f"seeds must be an integer array, got {seeds.dtype}")
+    return seeds.astype(np.int64, copy=False)
