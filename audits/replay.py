@@ -112,7 +112,7 @@ from dcaudit.inputs import (
     require_numeric,
     user_columns,
 )
-from dcaudit.spec import check_keys, coerce_field, name_list, typed_fields
+from dcaudit.spec import check_keys, coerce_field, fixed_width_reference, name_list, typed_fields
 from dcaudit.splits import (
     SPLIT_BUCKETS,
     SplitDesign,
@@ -1324,8 +1324,7 @@ def parse_section(raw: dict[str, Any], *, origin: str = "[replay]") -> ReplaySec
                         "or leave it out")
     tolerance = parse_tolerance(raw["tolerance"]) if windowed else None
     if tolerance is not None and tolerance.kind == "fixed" and reference is not None:
-        raise SpecError(f"{origin}: tolerance {raw['tolerance']!r} is a fixed width, which no reference changes; "
-                        "reference is for tolerance = \"mae\" or a quantile such as \"q80\" (leave it out)")
+        raise fixed_width_reference(origin, "tolerance", raw["tolerance"])
     return ReplaySection(
         config=cfg,
         audits=audits,

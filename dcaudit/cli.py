@@ -41,6 +41,12 @@ Python: import dcaudit; dcaudit.audit(frame_or_path, evidence=[...], claim="..."
 class _Group(click.Group):
     """Every error is one line and an exit status; never a traceback (DCAUDIT_DEBUG=1 shows one)."""
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, click.Group):
+            _refuse_repeated_options(command, rest, ctx)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -65,6 +71,26 @@ class _Group(click.Group):
             click.secho(f"error: {type(exc).__name__}: {one_line(exc)} (internal error; DCAUDIT_DEBUG=1 shows the "
                         "traceback)", fg="red", err=True)
             sys.exit(1)
+
+
+def _refuse_repeated_options(command: click.Command, args: list[str], ctx: click.Context) -> None:
+    """A usage error for an option given twice that takes one value (click keeps the last, so
+    ``--claim "y = 1" --claim "y = 0"`` would audit y = 0 without a word), or a flag and its opposite."""
+    single = {opt: param.name for param in command.params
+              if isinstance(param, click.Option) and not param.multiple and not param.count
+              for opt in (*param.opts, *param.secondary_opts)}
+    seen: dict[str, str] = {}
+    for token in args:
+        if token == "--":   # the rest are arguments
+            break
+        opt = token.split("=", 1)[0]
+        name = single.get(opt)
+        if name is None:
+            continue
+        if name in seen:
+            twice = f"{opt} is given twice" if seen[name] == opt else f"{seen[name]} and {opt} are one option"
+            raise click.UsageError(f"{twice}; give it once (the last would win without a word)", ctx)
+        seen[name] = opt
 
 
 @click.group(cls=_Group, epilog=EPILOG)

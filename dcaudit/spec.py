@@ -31,6 +31,8 @@ _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", 
              "matbench", "jarvis", "vision"}
 _AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models",
                "identity"}
+# [source] keys of every source; a connector's options share the table with them
+SOURCE_KEYS = ("connector", "path", "id", "duplicates")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,38 @@ class AuditTask:
     # identity = "inchikey": split mixed fibers into label noise (one entity, conflicting records) and
     # incompleteness (distinct entities sharing the evidence)
     identity: str | None = None
+    # the key ("models" or "model") that implied per = "model" when the spec wrote no per: a missing
+    # 'model' column is then named by the key the spec did write (check_implied_per)
+    per_implied_by: str | None = None
+
+
+def check_implied_per(task: AuditTask, columns: Collection[str]) -> None:
+    """A SpecError when ``task``'s per column was implied by ``models`` / ``model`` and the table lacks it:
+    the spec never wrote per, so "per names unknown column" would name a key it does not have."""
+    if task.per_implied_by is None or task.per in columns:
+        return
+    written = f"model = {task.groups[0]!r}" if task.per_implied_by == "model" and task.groups else \
+        f"models = {list(task.groups) if task.groups is not None else 'all'!r}"
+    shown = ", ".join(list(columns)[:20]) + (", …" if len(columns) > 20 else "")
+    raise SpecError(f"audit {task.audit_id!r}: {written} needs per = \"<column>\": without per it names values of "
+                    f"a column {task.per!r}, which the table does not have (columns: {shown})")
+
+
+def check_not_blank(value: str, what: str) -> str:
+    """``value``, unless it is empty or white space: a SpecError naming ``what`` (an empty id or name would
+    silently mean the default, or name nothing)."""
+    if not value.strip():
+        raise SpecError(f"{what} = {value!r} is empty")
+    return value
+
+
+def fixed_width_reference(where: str, key: str, value: object) -> SpecError:
+    """The error for a reference given with only fixed tolerance widths, which never read it: one wording
+    for every stage (``key``: the stage's tolerance key, ``value``: its fixed width(s) as written)."""
+    several = isinstance(value, list | tuple) and len(value) > 1
+    shown = value[0] if isinstance(value, list | tuple) and len(value) == 1 else value
+    return SpecError(f"{where}: {key} {shown!r} {'are fixed widths' if several else 'is a fixed width'}, which no "
+                     "reference changes; reference is for \"mae\" or a quantile such as \"q80\" (leave it out)")
 
 
 @dataclass(frozen=True)
@@ -231,6 +265,8 @@ def load_spec(name_or_path: str) -> PipelineSpec:
     """A built-in spec by name, or a spec file by path."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
+        if path.is_dir():
+            raise SpecError(f"spec {path} is a directory; give a .toml spec file in it, or a built-in spec name")
         if not path.is_file():
             raise SpecError(f"spec file {path} does not exist")
         try:
@@ -265,28 +301,30 @@ def check_spec_name(name: str, origin: str = "spec") -> str:
     return name
 
 
-def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str, ...] | None]:
-    """``per`` / ``models`` / ``model`` of an audit entry -> (group column, chosen groups or None for all)."""
+def _per_group(entry: dict[str, Any], where: str) -> tuple[str | None, tuple[str, ...] | None, str | None]:
+    """``per`` / ``models`` / ``model`` of an audit entry -> (group column, chosen groups or None for all,
+    the key that implied per = "model" when per is not written)."""
     per = entry.get("per")
     models = entry.get("models")
+    implied_by = None
     if "model" in entry:
         if models is not None:
             raise SpecError(f"{where}: give model = \"…\" or models = […], not both")
-        models = [entry["model"]]
-        per = per or "model"
-    if models is not None and per is None:
-        per = "model"
+        _require_type(entry["model"], str, where, "model must be a string")
+        models = [check_not_blank(entry["model"], f"{where}: model")]
+        implied_by = "model" if per is None else None
+    elif models is not None and per is None:
+        implied_by = "models"
+    per = "model" if implied_by else per
     if per is None:
-        return None, None
+        return None, None, None
     if not isinstance(per, str) or not per:
         raise SpecError(f"{where}: per must name a column, e.g. per = \"model\"")
     if models is None or models == "all":
-        return per, None
-    if isinstance(models, str):
-        models = [m.strip() for m in models.split(",") if m.strip()]
-    if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
-        raise SpecError(f"{where}: models must be \"all\" or a non-empty list of names")
-    return per, tuple(models)
+        return per, None, implied_by
+    if not isinstance(models, list | str) or not (split_names(models) if isinstance(models, str) else models):
+        raise SpecError(f"{where}: models must be \"all\" or a non-empty list of names, not {models!r}"[:200])
+    return per, name_list(models, f"{where}: models"), implied_by  # a name given twice is an error too
 
 
 def _require_type(value: object, kind: type | tuple[type, ...], where: str, what: str) -> None:
@@ -303,23 +341,33 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     check_keys(raw, _TOP_KEYS, origin)
     for key in ("name", "source", "audits"):
         if key not in raw:
+            under = raw.get("source")
+            if isinstance(under, dict) and key in under:  # TOML puts every key after [source] into [source]
+                written = f"{key} = {under[key]!r}"[:80]
+                if key == "audits" and under[key] == []:
+                    raise SpecError(f"{origin}: audits = [] is empty, and written under [source] it is a key of "
+                                    "[source]; add at least one [[audits]] table")
+                raise SpecError(f"{origin}: {written} is written under [source], so it is a key of [source] "
+                                "(TOML puts every key after a [table] header into that table); write it above [source]"
+                                + (", or the audits as [[audits]] tables" if key == "audits" else ""))
             raise SpecError(f"{origin}: missing required key {key!r}")
     _require_type(raw["name"], str, origin, "name must be a string")
     check_spec_name(raw["name"], origin)
     _require_type(raw.get("description", ""), str, origin, "description must be a string")
     source = raw["source"]
+    if isinstance(source, dict) and "connector" not in source and "path" not in source:
+        check_keys(source, SOURCE_KEYS, f"{origin}: [source]")  # paht = … is named, not "needs a path"
     if not isinstance(source, dict) or "connector" not in source and "path" not in source:
         raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
     if "connector" in source and "path" in source:
         raise SpecError(f"{origin}: [source] has both connector and path; give one (a connector reads its own "
                         "data, a path names your table)")
     if "path" in source:  # a user's table takes no connector options: any other key is a typo (duplicate = …)
-        check_keys(source, ("path", "id", "duplicates"), f"{origin}: [source]")
-    for key in ("connector", "path", "id", "duplicates"):
+        check_keys(source, [k for k in SOURCE_KEYS if k != "connector"], f"{origin}: [source]")
+    for key in SOURCE_KEYS:
         if key in source:
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
-            if not source[key].strip():
-                raise SpecError(f"{origin}: [source] {key} is empty")
+            check_not_blank(source[key], f"{origin}: [source] {key}")
     if source.get("duplicates", defaults.DUPLICATES) not in defaults.DUPLICATES_CHOICES:
         raise SpecError(f"{origin}: [source] duplicates = {source['duplicates']!r}; use \"error\" (default) or "
                         "\"keep\" (keep repeated ids and report them)")
@@ -346,12 +394,14 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
         for key in ("fiber_rule", "missing", "table", "id", "identity"):
             if key in entry:
                 _require_type(entry[key], str, where, f"{key} must be a string")
+                if key in ("table", "id", "identity"):  # empty: an audit id '', no table, no identity split
+                    check_not_blank(entry[key], f"{where}: {key}")
         emap = EvidenceMap(tuple(evidence), parse_fiber_rule(entry.get("fiber_rule", str(EvidenceMap.rule))),
                            entry.get("missing", EvidenceMap.missing))
         # a whole number — numpy's integers too, as every option takes them (never a bool, never 2.5)
         min_support = check_support(coerce_field({"min_support": entry.get("min_support", AuditTask.min_support)},
                                                  "min_support", int, where), where)
-        per, groups = _per_group(entry, where)
+        per, groups, per_implied_by = _per_group(entry, where)
         audits.append(AuditTask(
             audit_id=str(entry.get("id", f"audit{i}")),
             claim=parse_claim(entry["claim"]),
@@ -361,6 +411,7 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
             per=per,
             groups=groups,
             identity=entry.get("identity"),
+            per_implied_by=per_implied_by,
         ))
     ids = [a.audit_id for a in audits]
     if len(set(ids)) != len(ids):

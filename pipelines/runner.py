@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import glob
 import hashlib
 import json
 import secrets
@@ -79,7 +80,7 @@ from dcaudit.inputs import (
 )
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
-from dcaudit.spec import AuditTask, PipelineSpec
+from dcaudit.spec import AuditTask, PipelineSpec, check_implied_per
 from dcaudit.storage import concat, read_table, verify_package, write_package
 
 
@@ -212,6 +213,9 @@ def workspace_error(exc: BaseException, settings: Settings, what: str) -> Worksp
     if not isinstance(exc, OSError) or exc.errno not in (*_NO_SPACE, *_NOT_WRITABLE):
         return None
     where = f" ({exc.filename})" if exc.filename else ""
+    home = str(settings.home.absolute()).rstrip("/") + "/"
+    if exc.filename and not str(Path(str(exc.filename)).absolute()).startswith(home):   # e.g. an --out elsewhere
+        return WorkspaceError(f"cannot write {exc.filename} ({exc.strerror}): {what}")
     if exc.errno in _NO_SPACE:
         return WorkspaceError(f"no space left on the device of DCAUDIT_HOME {settings.home}{where}: {what}; "
                               "earlier packages are intact — free some space and run again")
@@ -326,7 +330,8 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
     started = time.monotonic()
     stale = catalog.mark_stale_runs_failed(name)
     for stale_id in stale:  # what a killed run left half-written (never visible to the catalog views)
-        shutil.rmtree(settings.runs_dir / ".partial" / stale_id, ignore_errors=True)
+        for leftover in (settings.runs_dir / ".partial").glob(f"{glob.escape(stale_id)}.*.tmp"):
+            shutil.rmtree(leftover, ignore_errors=True)   # storage.staging_dir's name for it
     if stale and not quiet:
         console.print(f"[yellow]{len(stale)} earlier run(s) of {name!r} were interrupted; marked failed[/yellow]")
     sha, code = git_sha(), code_hash()
@@ -690,6 +695,7 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
             from dcaudit.audits.groups import audit_per_group
 
             on_duckdb(ctx, f"{task.audit_id}: the per-{task.per} audits")
+            check_implied_per(task, ctx.columns[ctx.view_for(task.table)])
             check_evidence_text(ctx, ctx.view_for(task.table), task)
 
             for table, parts in audit_per_group(ctx, task, with_candidates=with_candidates).items():

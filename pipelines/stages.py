@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from dcaudit.errors import SpecError
-from dcaudit.spec import PipelineSpec, check_keys
+from dcaudit.spec import (
+    SOURCE_KEYS,
+    PipelineSpec,
+    check_keys,
+    check_not_blank,
+    fixed_width_reference,
+    name_list,
+)
 from dcaudit.stage import StageContext, StageTables
 
 
@@ -52,6 +59,8 @@ def _audit_names(section: str, chosen: object, spec: PipelineSpec) -> None:
 def _check_replay(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     from dcaudit.audits.replay import parse_section
 
+    if "compare_modes" in raw:  # [] would compare nothing, a repeat the same mode twice: errors, not ignored
+        name_list(raw["compare_modes"], "[replay] compare_modes")
     parsed = parse_section(dict(raw))
     _audit_names("replay", parsed.audits, spec)
     if parsed.tolerance is not None:  # windows are on one numeric column: found now, not after the audits ran
@@ -77,7 +86,12 @@ def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     coerce_field(raw, "model_column", str, "[sensitivity]")
     chosen = name_list(raw["audits"], "[sensitivity] audits") if "audits" in raw else None
     _audit_names("sensitivity", chosen, spec)
+    if isinstance(raw.get("reference"), str):
+        check_not_blank(raw["reference"], "[sensitivity] reference")  # "" would mean no reference, silently
     options = section_options(raw)
+    if options.reference and options.tolerances and \
+            all(parse_tolerance(t).kind == "fixed" for t in options.tolerances):  # nothing would read it
+        raise fixed_width_reference("[sensitivity]", "tolerances", raw["tolerances"])
     if options.min_support is not None:
         check_support(options.min_support, "[sensitivity]")
     for task in (a for a in spec.audits if chosen is None or a.audit_id in chosen):
@@ -94,7 +108,29 @@ def _check_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
 def _check_choice(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     from dcaudit.audits.choice import parse_choice
 
+    for key in ("audit", "metric", "reference", "model_column"):
+        if isinstance(raw.get(key), str):  # "" would silently mean the default
+            check_not_blank(raw[key], f"[choice] {key}")
     parse_choice(dict(raw), spec)
+
+
+def _check_source(spec: PipelineSpec) -> None:
+    """A connector source: its name and options, checked before anything is prepared or recorded."""
+    source = spec.raw.get("source") or {}
+    if "connector" not in source:  # a path: spec_from_dict checked its keys
+        return
+    from dcaudit.connectors import get_connector
+    from dcaudit.connectors.base import parse_options
+
+    try:
+        connector = get_connector(source["connector"])
+    except SpecError as exc:
+        raise SpecError(f"[source] connector: {exc}") from None
+    # [source] keys and the connector's options share one table: a typo of either gets its near miss
+    options = {f.name for f in fields(connector.Options)}
+    check_keys(source, {*(k for k in SOURCE_KEYS if k != "path"), *options},
+               f"[source] connector {connector.name!r}")
+    parse_options(connector.name, connector.Options, {k: v for k, v in source.items() if k not in SOURCE_KEYS})
 
 
 STAGES: dict[str, Stage] = {
@@ -112,7 +148,9 @@ STAGES: dict[str, Stage] = {
 
 
 def validate_spec(spec: PipelineSpec) -> None:
-    """Every section of ``spec`` names a stage and its settings validate; a SpecError otherwise."""
+    """The connector of ``spec`` exists and takes its options, and every section names a stage whose settings
+    validate; a SpecError otherwise."""
+    _check_source(spec)
     for name, raw in spec.sections.items():
         stage = STAGES.get(name)
         if stage is None:
