@@ -37,3 +37,23 @@ def tox21_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     home = tmp_path_factory.mktemp("tox21-home")
     base = load_settings()
     return Settings(home=home, mirror=MIRROR, memory_limit=base.memory_limit, threads=base.threads, offline=True)
+
+
+def small_spec_table(folder: Path, seed: int, *, model: bool = False) -> Path:
+    """A 40-row CSV for spec and section checks: ids, binary and ternary evidence, a numeric prediction x and
+    its reference, a claim column y, a probe p1 and, with ``model``, a model column of two values."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    n = 40
+    x = rng.uniform(0, 10, n).round(2)
+    columns = {"cid": [f"c{i:03d}" for i in range(n)], "e1": rng.integers(0, 2, n), "e2": rng.integers(0, 3, n),
+               "x": x, "ref": (x + rng.normal(0, 0.8, n)).round(2), "y": rng.integers(0, 2, n),
+               "p1": rng.integers(0, 2, n)}
+    if model:
+        columns["model"] = [f"m{i % 2}" for i in range(n)]
+    path = folder / "small.csv"
+    pl.DataFrame(columns).write_csv(path)
+    return path
+

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner, Result
@@ -15,6 +14,7 @@ from dcaudit.cli import cli
 from dcaudit.errors import SpecError
 from dcaudit.pipelines.stages import validate_spec
 from dcaudit.spec import load_spec
+from tests.conftest import small_spec_table
 
 AUDIT = """
 [[audits]]
@@ -26,15 +26,7 @@ evidence = ["e1", "e2"]
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rng = np.random.default_rng(11)
-    n = 40
-    x = rng.uniform(0, 10, n).round(2)
-    frame = pl.DataFrame({"cid": [f"c{i:03d}" for i in range(n)], "e1": rng.integers(0, 2, n),
-                          "e2": rng.integers(0, 3, n), "x": x, "ref": (x + rng.normal(0, 0.8, n)).round(2),
-                          "y": rng.integers(0, 2, n), "p1": rng.integers(0, 2, n)})
-    path = tmp_path_factory.mktemp("spec-options") / "small.csv"
-    frame.write_csv(path)
-    return path
+    return small_spec_table(tmp_path_factory.mktemp("spec-options"), 11)
 
 
 def write_spec(tmp_path: Path, text: str) -> Path:

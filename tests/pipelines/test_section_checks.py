@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
 
 from dcaudit.cli import cli
+from tests.conftest import small_spec_table
 
 BASE = """name = "checks"
 
@@ -36,15 +36,7 @@ min_support = 2
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rng = np.random.default_rng(7)
-    n = 40
-    x = rng.uniform(0, 10, n).round(2)
-    frame = pl.DataFrame({"cid": [f"c{i:03d}" for i in range(n)], "e1": rng.integers(0, 2, n),
-                          "e2": rng.integers(0, 3, n), "x": x, "ref": (x + rng.normal(0, 0.8, n)).round(2),
-                          "y": rng.integers(0, 2, n), "p1": rng.integers(0, 2, n), "model": [f"m{i % 2}" for i in range(n)]})
-    path = tmp_path_factory.mktemp("checks") / "small.csv"
-    frame.write_csv(path)
-    return path
+    return small_spec_table(tmp_path_factory.mktemp("checks"), 7, model=True)
 
 
 BAD = {
