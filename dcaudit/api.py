@@ -120,6 +120,9 @@ class Result:
     completion = property(lambda self: self.tables.get("completion"), doc="Completion curves.")
     sensitivity = property(lambda self: self.tables.get("sensitivity"), doc="Fiber-resolution sensitivity.")
     findings = property(lambda self: self.tables.get("findings"), doc="Problems found in the input, kept.")
+    costs = property(lambda self: self.tables.get("costs"), doc="Decisions at a price (per policy x price).")
+    choice = property(lambda self: self.tables.get("choice"), doc="Model choice: what each model certifies.")
+    metrics = property(lambda self: self.tables.get("metrics"), doc="Per-model metrics (controlled experiments).")
 
     def mixed(self) -> pl.DataFrame:
         """Every member of every mixed (ambiguous) fiber with its fiber's evidence, size and claim counts."""
@@ -146,11 +149,14 @@ class Result:
         return cands.filter(pl.col("status") == "excluded").select(cols)
 
     def excluded_by_reason(self) -> pl.DataFrame:
-        """How many candidates each audit left out, by reason."""
+        """How many candidates each audit (and model, in a per-model audit) left out, by reason."""
         import polars as pl
 
-        return (self.excluded().group_by(["audit_id", "excluded_reason"]).agg(pl.len().alias("n"))
-                .sort(["audit_id", "n", "excluded_reason"], descending=[False, True, False], nulls_last=True))
+        excluded = self.excluded()
+        keys = [c for c in ("audit_id", "model") if c in excluded.columns]   # a model's exclusions are its own
+        return (excluded.group_by([*keys, "excluded_reason"]).agg(pl.len().alias("n"))
+                .sort([*keys, "n", "excluded_reason"], descending=[*(False for _ in keys), True, False],
+                      nulls_last=True))
 
     def save(self, path: str | Path, *, force: bool = False) -> Path:
         """Write the evidence package to ``path`` atomically (an existing one is replaced only with
@@ -158,8 +164,10 @@ class Result:
         from dcaudit.config import load_settings
         from dcaudit.storage import check_out_dir, write_package
 
-        if not isinstance(path, str | os.PathLike):
+        if not isinstance(path, str | os.PathLike) or not str(path).strip():
             raise SpecError(f"save({path!r}): give a directory path for the evidence package")
+        if not isinstance(force, bool):   # force="no" would be true
+            raise SpecError(f"save(force={force!r}): force is True or False")
         target = Path(path)
         if target.exists() and not target.is_dir():
             raise SpecError(f"{target} is a file; give a directory for the evidence package")
@@ -263,7 +271,7 @@ def adhoc_name(data: object) -> str:
             name = name[: -len(suffix)] or name
             break
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
-    return f"{_SAFE.sub('_', name).strip('._')[:60] or 'data'}-{digest}"
+    return f"{_SAFE.sub('_', name).strip('._-')[:60] or 'data'}-{digest}"   # a spec name starts with a word character
 
 
 def evidence_list(evidence: str | Sequence[str], what: str = "evidence") -> list[str]:

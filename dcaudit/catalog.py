@@ -54,6 +54,7 @@ from dcaudit.storage import (
     CATALOG_TABLES,
     OPTIONAL_VIEWS,
     TABLE_SCHEMAS,
+    process_alive,
     verify_package,
     write_bytes_atomic,
     write_json_atomic,
@@ -449,7 +450,7 @@ class Catalog:
                 row["error"] = "; ".join(problems[run_dir])
                 report.left_out.setdefault(rec["run_id"], problems[run_dir])
             elif status == "running" and rec.get("host") == host:
-                if not _alive(rec.get("pid")):
+                if not process_alive(rec.get("pid")):
                     row["status"], row["error"] = "failed", _INTERRUPTED
                 elif isinstance(rec.get("pid"), int):
                     running.append(rec["pid"])
@@ -460,7 +461,8 @@ class Catalog:
         stored = fingerprint + (_RUNNING + ",".join(map(str, sorted(running))) if running else "")
         self._write_catalog(target, rows, schemas, set(served), stored, report)
         if write_back:
-            cache.save()
+            with contextlib.suppress(OSError):   # the cache only saves work: without it, the next build hashes
+                cache.save()
         report.seconds = round(time.monotonic() - started, 3)
         return report
 
@@ -722,6 +724,11 @@ class Catalog:
             problems += verify_package(run_dir, remember=cache.remember)
         with contextlib.suppress(OSError):
             cache.save()
+        if problems:
+            # A file changed behind the cache (bytes rewritten, size and mtime kept): the catalog's fingerprint
+            # cannot see it, so the views are rebuilt now, from these verdicts, and leave the package out.
+            with contextlib.suppress(OSError, duckdb.Error, DcauditError):
+                self.rebuild()
         return len(dirs), problems
 
     def damaged_packages(self) -> list[str]:
@@ -1114,7 +1121,7 @@ def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
     with contextlib.suppress(OSError):
         for leftover in records_dir.glob(".*.json.*.tmp"):
             pid = leftover.name.rsplit(".", 2)[-2]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
 
@@ -1129,19 +1136,7 @@ def _current(stored: str | None, fingerprint: str) -> bool:
     if stored is None:
         return False
     files, _, pids = stored.partition(_RUNNING)
-    return files == fingerprint and all(_alive(int(p)) for p in pids.split(",") if p.isdigit())
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return True    # unknown: assume it may still run (the next run of its spec settles it)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return files == fingerprint and all(process_alive(int(p)) for p in pids.split(",") if p.isdigit())
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -41,10 +41,14 @@ Python: import dcaudit; dcaudit.audit(frame_or_path, evidence=[...], claim="..."
 class _Group(click.Group):
     """Every error is one line and an exit status; never a traceback (DCAUDIT_DEBUG=1 shows one)."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _refuse_repeated_options(self, args, ctx, until_argument=True)   # dcaudit --home a --home b …
+        return super().parse_args(ctx, args)
+
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if command is not None and not isinstance(command, click.Group):
-            _refuse_repeated_options(command, rest, ctx)
+            _refuse_repeated_options(command, rest, click.Context(command, info_name=name, parent=ctx))
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> object:
@@ -73,24 +77,34 @@ class _Group(click.Group):
             sys.exit(1)
 
 
-def _refuse_repeated_options(command: click.Command, args: list[str], ctx: click.Context) -> None:
+def _refuse_repeated_options(command: click.Command, args: list[str], ctx: click.Context, *,
+                             until_argument: bool = False) -> None:
     """A usage error for an option given twice that takes one value (click keeps the last, so
-    ``--claim "y = 1" --claim "y = 0"`` would audit y = 0 without a word), or a flag and its opposite."""
-    single = {opt: param.name for param in command.params
-              if isinstance(param, click.Option) and not param.multiple and not param.count
-              for opt in (*param.opts, *param.secondary_opts)}
+    ``--claim "y = 1" --claim "y = 0"`` would audit y = 0 without a word), or a flag and its opposite.
+    Words are read as click reads them: an option's value is skipped (``--evidence --claim`` gives
+    ``--claim`` as the evidence). ``until_argument``: stop at the first argument (a group's command name)."""
+    options = {opt: param for param in command.params if isinstance(param, click.Option)
+               for opt in (*param.opts, *param.secondary_opts)}
     seen: dict[str, str] = {}
-    for token in args:
-        if token == "--":   # the rest are arguments
+    words = iter(args)
+    for word in words:
+        if word == "--":   # the rest are arguments
             break
-        opt = token.split("=", 1)[0]
-        name = single.get(opt)
-        if name is None:
+        param = options.get(word.split("=", 1)[0]) if word.startswith("-") else None
+        if param is None:
+            if until_argument and not word.startswith("-"):
+                break
             continue
-        if name in seen:
-            twice = f"{opt} is given twice" if seen[name] == opt else f"{seen[name]} and {opt} are one option"
+        if not param.is_flag and "=" not in word:
+            for _ in range(max(param.nargs, 1)):   # its value, whatever it looks like
+                next(words, None)
+        if param.multiple or param.count:
+            continue
+        opt = word.split("=", 1)[0]
+        if param.name in seen:
+            twice = f"{opt} is given twice" if seen[param.name] == opt else f"{seen[param.name]} and {opt} are one option"
             raise click.UsageError(f"{twice}; give it once (the last would win without a word)", ctx)
-        seen[name] = opt
+        seen[str(param.name)] = opt
 
 
 @click.group(cls=_Group, epilog=EPILOG)
@@ -276,7 +290,7 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
 @click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON rows instead of a table (NaN and ±inf as the strings "
               "\"NaN\", \"Infinity\", \"-Infinity\": strict JSON).")
 @click.option("--quiet", is_flag=True, callback=one_output, help="Tab-separated rows without a header (for shell scripts); a tab, newline "
-              "or backslash inside a value is written \\t, \\n, \\\\.")
+              "or backslash inside a value is written \\t, \\n, \\\\, and NULL as \\N.")
 @click.pass_obj
 def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
     """Run SQL against the catalog (views: runs, summary, fibers, candidates, replay, completion, …).
@@ -284,7 +298,7 @@ def query(settings: Settings, sql: str, as_json: bool, quiet: bool) -> None:
     from dcaudit.catalog import Catalog
     from dcaudit.reports.console import print_rows
 
-    if not sql.strip():
+    if not sql.replace(";", " ").strip():
         raise click.UsageError("the SQL is empty: give a statement, e.g. 'SELECT * FROM summary'")
     print_rows(Catalog(settings).query(sql), as_json=as_json, tsv=quiet)
 

@@ -297,7 +297,7 @@ def check_spec_name(name: str, origin: str = "spec") -> str:
     if not SPEC_NAME.fullmatch(name) or name != name.strip():
         shown = name if len(name) <= 40 else name[:40] + "…"
         raise SpecError(f"{origin}: name {shown!r} is not a usable spec name: 1 to 100 letters, digits or "
-                        "_ . + @ = , ( ) - and spaces, not starting with a dot or a space (it names files)")
+                        "_ . + @ = , ( ) - and spaces, starting with a letter, a digit or _ (it names files)")
     return name
 
 

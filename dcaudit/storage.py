@@ -14,6 +14,8 @@ for the others. Columns a stage adds beyond the declared ones are kept as writte
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import hashlib
 import json
 import os
@@ -303,10 +305,13 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
     unknown = set(tables) - set(PACKAGE_TABLES)
     if unknown:
         raise ValueError(f"not evidence-package tables: {sorted(unknown)}")
+    from dcaudit.errors import SpecError
+
     target = Path(target)
     if target.exists() and not replace_existing:
-        raise FileExistsError(f"{target} already exists; pass --force to replace it (the old one is kept "
-                              "until the new package is complete)")
+        raise SpecError(f"--out {target} already exists; pass --force to replace it (the old one is kept "
+                        "until the new package is complete)")
+    _remove_stale_staging(target)
     partial = staging_dir(target)
     partial.mkdir(parents=True)
     counts: dict[str, int] = {}
@@ -328,13 +333,21 @@ def write_package(target: Path, run_id: str, tables: Mapping[str, pa.Table], man
         shutil.rmtree(partial, ignore_errors=True)
         _remove_if_empty(partial.parent)
         raise
-    if target.exists():
+    if replace_existing and target.exists():
         old = partial.with_name(partial.name.removesuffix(".tmp") + ".old")
         os.replace(target, old)
         os.replace(partial, target)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.replace(partial, target)
+        try:  # rename(2) does not replace a directory that holds anything: a package another run put there
+            os.rename(partial, target)     # meanwhile stays, and this run says so
+        except OSError as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            _remove_if_empty(partial.parent)
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise SpecError(f"--out {target} appeared while this run was writing (another run?): it is kept, "
+                                "and this package was not written; pass --force to replace it") from None
+            raise
     _remove_if_empty(partial.parent)
     return target
 
@@ -345,6 +358,31 @@ def staging_dir(target: Path) -> Path:
     own (``<name>.<pid>.<token>.tmp``), so nothing already in ``.partial`` — another write, or a directory
     of the user's — is ever touched."""
     return Path(target).parent / ".partial" / f"{Path(target).name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def process_alive(pid: object) -> bool:
+    """Whether process ``pid`` of this host still runs (an unknown pid may: the next run settles it)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_staging(target: Path) -> None:
+    """What a killed write for ``target`` left in ``.partial`` (its process is gone): removed, so a kill -9
+    never leaves debris beside an --out for good."""
+    for leftover in (Path(target).parent / ".partial").glob(f"{glob.escape(Path(target).name)}.*.*.*"):
+        pid = leftover.name[len(Path(target).name) + 1:].split(".", 1)[0]
+        if leftover.name.endswith((".tmp", ".old")) and pid.isdigit() and not process_alive(int(pid)):
+            if leftover.is_symlink():
+                leftover.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -369,6 +407,9 @@ def check_out_dir(target: Path, home: Path, option: str = "--out", *, inputs: It
     from dcaudit.config import file_in_the_way
     from dcaudit.errors import SpecError
 
+    if target.expanduser().is_symlink():   # replacing it would put a directory where the link was
+        raise SpecError(f"{option} {target} is a symbolic link (to {os.readlink(target.expanduser())}); give the "
+                        "directory itself")
     out, ws = target.expanduser().resolve(), home.expanduser().resolve()
     if _within(ws, out):
         raise SpecError(f"{option} {target} is the workspace (DCAUDIT_HOME={home}) or holds it; the package "
@@ -384,14 +425,20 @@ def check_out_dir(target: Path, home: Path, option: str = "--out", *, inputs: It
         if _within(Path.cwd().resolve(), out):
             raise SpecError(f"{option} {target} is the current directory or holds it; a package replaces its "
                             f"directory whole: give a new directory, e.g. {option} results")
-    if out.is_dir() and any(out.iterdir()) and not _is_package(out):
-        raise SpecError(f"{option} {target} is a directory of other files, not an evidence package (it has no "
-                        "manifest.json); only an earlier package is replaced (--force): give a new or empty "
-                        "directory")
     for source in inputs:
         if _within(Path(source).expanduser().resolve(), out):
             raise SpecError(f"{option} {target} holds the input {source}, which replacing the directory would "
                             "delete: give a directory elsewhere")
+    if out.is_dir() and any(out.iterdir()):
+        if not _is_package(out):
+            raise SpecError(f"{option} {target} is a directory of other files, not an evidence package (it has no "
+                            "manifest.json); only an earlier package is replaced (--force): give a new or empty "
+                            "directory")
+        foreign = _foreign_files(out)
+        if foreign:
+            raise SpecError(f"{option} {target} is an evidence package that also holds files dcaudit did not write "
+                            f"({', '.join(foreign[:3])}{', …' if len(foreign) > 3 else ''}), which replacing it "
+                            "would delete: move them out, or give another directory")
     problem = _unwritable(out)
     if problem is not None:
         raise SpecError(f"{option} {target} cannot be written ({problem}): give a directory you can write to")
@@ -410,6 +457,19 @@ def _unwritable(out: Path) -> str | None:
     with contextlib.suppress(OSError):
         os.rmdir(probe)
     return None
+
+
+def _foreign_files(package: Path) -> list[str]:
+    """Entries of a package directory that dcaudit did not write: neither a file its manifest lists, nor the
+    manifest, nor a report (report.html, compare-*.html) that ``dcaudit report`` writes into it."""
+    try:
+        listed = set(read_manifest(package).get("files") or {})
+    except (OSError, ValueError):
+        listed = set()
+    ours = listed | {"manifest.json", "report.html"}
+    return sorted(e.name for e in os.scandir(package)
+                  if not (e.is_file(follow_symlinks=False) and (e.name in ours or
+                                                                (e.name.startswith("compare-") and e.name.endswith(".html")))))
 
 
 def _is_package(folder: Path) -> bool:

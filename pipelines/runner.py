@@ -510,7 +510,13 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
         refused = refused_column_error(exc)
         if refused is not None:
             raise refused from None
-        hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
+        try:
+            hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
+        except duckdb.Error as err:   # the hint reads the column: a refused one says why it cannot be read
+            refused = refused_column_error(err)
+            if refused is None:
+                raise
+            raise refused from None
         if hint:
             raise ClaimError(f"{exc}{hint}") from exc
         raise

@@ -128,6 +128,8 @@ def _json_safe(value: object) -> object:
 def _tsv_cell(value: object) -> str:
     """A value in one tab-separated field: backslash, tab, newline and carriage return escaped (as
     PostgreSQL's text format does), so every row stays one line of the same fields."""
+    if value is None:
+        return "\\N"   # NULL, told apart from an empty text (PostgreSQL's text format writes it so too)
     return (_cell(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
             .replace("\r", "\\r"))
 

@@ -390,3 +390,23 @@ def test_one_polars_frame_audited_from_threads_does_not_hang(tmp_path: Path) -> 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")})
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
+
+
+def test_excluded_by_reason_counts_each_model_of_a_per_model_audit_apart(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCAUDIT_HOME", str(tmp_path / "home"))
+    pl.DataFrame({"id": [f"c{i}" for i in range(8)], "model": ["m1"] * 4 + ["m2"] * 4,
+                  "e": [1, None, 2, 2, 1, None, 2, 1], "y": [1, 0, None, 1, 0, 1, 1, 0]}).write_csv(tmp_path / "t.csv")
+    spec = tmp_path / "pm.toml"
+    spec.write_text('name = "pm"\n[source]\npath = "t.csv"\nid = "id"\n\n[[audits]]\nid = "a"\nclaim = "y = 1"\n'
+                    'evidence = ["e"]\nper = "model"\nmin_support = 1\n')
+    rows = dcaudit.run(spec).excluded_by_reason()
+    assert {(r["model"], r["excluded_reason"], r["n"]) for r in rows.to_dicts() if r["model"] in ("m1", "m2")} == {
+        ("m1", "evidence_missing", 1), ("m1", "claim_missing", 1), ("m2", "evidence_missing", 1)}
+
+
+def test_save_refuses_a_force_that_is_not_a_bool(tmp_path: Path) -> None:
+    result = dcaudit.audit(pl.DataFrame({"e": [1, 2], "y": [1, 0]}), evidence="e", claim="y = 1")
+    for call in (lambda: result.save(tmp_path / "p", force="no"), lambda: result.save("")):  # type: ignore[arg-type]
+        with pytest.raises(SpecError):
+            call()

@@ -575,3 +575,28 @@ def test_shared_connections_are_separate_and_audits_keep_their_own_database(tmp_
     assert a.execute("SELECT current_setting('threads')").fetchall()[0][0] != 1 or (os.cpu_count() or 1) == 1
     for con in (a, b, audit):
         con.close()
+
+
+def test_catalog_check_leaves_a_package_changed_behind_the_cache_out_of_the_views(tmp_path: Path, bench: Path) -> None:
+    home = tmp_path / "home"
+    run = run_json(home, "run", str(spec_file(bench)))
+    fibers = Path(run["package_dir"]) / "fibers.parquet"
+    st = fibers.stat()
+    _damage_a_data_page(fibers)
+    os.utime(fibers, ns=(st.st_atime_ns, st.st_mtime_ns))       # size and mtime as they were
+    assert json.loads(invoke(home, "query", "--json", "SELECT count(*) AS n FROM fibers").stdout)[0]["n"] > 0
+    assert invoke(home, "catalog", "check").exit_code == 2
+    served = invoke(home, "query", "--json", "SELECT count(*) AS n FROM fibers")
+    assert json.loads(served.stdout) == [{"n": 0}] and str(fibers) in served.stderr
+
+
+def test_a_cache_that_cannot_be_written_does_not_stop_the_catalog(tmp_path: Path, bench: Path) -> None:
+    home = tmp_path / "home"
+    run_json(home, "run", str(spec_file(bench, "one")))
+    cache = home / ".catalog-cache.json"
+    cache.unlink()
+    cache.mkdir()                                                # not a file: neither read nor written
+    second = run_json(home, "run", str(spec_file(bench, "two")))
+    listed = invoke(home, "runs", "--json")
+    assert listed.exit_code == 0 and "could not be refreshed" not in listed.output
+    assert second["run_id"] in {r["run_id"] for r in json.loads(listed.stdout)}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from dcaudit import arrays
 from dcaudit.storage import constant_dictionary, read_table, statistics_columns, write_package
@@ -157,8 +158,12 @@ def test_force_replaces_only_an_evidence_package_and_never_the_input(tmp_path: P
     data = _csv(tmp_path / "data")
     (tmp_path / "data" / "README.txt").write_text("notes")
     result = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(tmp_path / "data"), "--force")
+    assert result.exit_code == 2 and "holds the input" in result.output, result.output
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.txt").write_text("notes")
+    result = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(tmp_path / "docs"), "--force")
     assert result.exit_code == 2 and "not an evidence package" in result.output, result.output
-    assert data.exists() and (tmp_path / "data" / "README.txt").read_text() == "notes"
+    assert data.exists() and (tmp_path / "docs" / "README.txt").read_text() == "notes"
     # an earlier package that the input was saved into: replacing it would delete the input
     earlier = tmp_path / "earlier"
     assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(earlier)).exit_code == 0
@@ -208,3 +213,45 @@ def test_query_output_is_strict_json_and_one_line_per_row(tmp_path: Path) -> Non
     for args in (("query", " "), ("query", "--json", "--quiet", "SELECT 1")):
         result = _cli(tmp_path, *args)
         assert result.exit_code == 2 and "Error:" in result.output
+
+
+def test_a_package_that_appears_while_a_run_writes_is_kept(tmp_path: Path) -> None:
+    from dcaudit.errors import SpecError
+
+    target = tmp_path / "out"
+
+    def another_run_finishes_first(partial: Path) -> None:
+        target.mkdir()
+        (target / "manifest.json").write_text('{"files": {}}')
+
+    with pytest.raises(SpecError, match="appeared while this run was writing"):
+        write_package(target, "r2", {"summary": pa.table({"n_candidates": [2]})}, {},
+                      finalize=another_run_finishes_first)
+    assert (target / "manifest.json").read_text() == '{"files": {}}' and not (tmp_path / ".partial").exists()
+
+
+def test_what_a_killed_write_left_is_removed_by_the_next_and_a_live_ones_kept(tmp_path: Path) -> None:
+    import os
+
+    dead = tmp_path / ".partial" / "pkg.999999999.0a0b0c0d.tmp"   # no such process
+    live = tmp_path / ".partial" / f"pkg.{os.getpid()}.0a0b0c0d.tmp"
+    for folder in (dead, live):
+        folder.mkdir(parents=True)
+    write_package(tmp_path / "pkg", "r1", {"summary": pa.table({"n_candidates": [1]})}, {})
+    assert not dead.exists() and live.exists()
+
+
+def test_force_never_deletes_a_users_file_in_a_package_nor_follows_a_link(tmp_path: Path) -> None:
+    data = _csv(tmp_path / "data")
+    package = tmp_path / "pkg"
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package)).exit_code == 0
+    (package / "NOTES.txt").write_text("mine")
+    kept = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package), "--force")
+    assert kept.exit_code == 2 and "NOTES.txt" in kept.output and (package / "NOTES.txt").read_text() == "mine"
+    (package / "NOTES.txt").unlink()
+    assert _cli(tmp_path, "report", str(package)).exit_code == 0   # report.html is dcaudit's own: replaceable
+    assert _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(package), "--force").exit_code == 0
+    link = tmp_path / "link"
+    link.symlink_to(package)
+    linked = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(link), "--force")
+    assert linked.exit_code == 2 and "symbolic link" in linked.output and link.is_symlink()

@@ -233,3 +233,28 @@ def test_an_option_given_twice_is_a_usage_error(tmp_path: Path) -> None:
     ok = CliRunner().invoke(cli, [*base, "--claim", "y = 1", "--fail-if", "n_candidates < 1",
                                   "--fail-if", "ambiguous_fraction > 1"], env=env)   # --fail-if may repeat
     assert ok.exit_code == 0, ok.output
+
+
+def test_options_twice_before_the_command_and_values_that_look_like_options(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    env = {"DCAUDIT_HOME": str(tmp_path / "home"), "DCAUDIT_OFFLINE": "1"}
+    twice = CliRunner().invoke(cli, ["--home", str(tmp_path / "a"), "--home", str(tmp_path / "b"), "specs"], env=env)
+    assert twice.exit_code == 2 and "--home is given twice" in twice.output
+    data = tmp_path / "t.csv"
+    data.write_text("cid,e,y\n" + "".join(f"c{i},{i % 3},{i % 2}\n" for i in range(9)))
+    # --evidence takes "--claim" as its value, as click reads it: one --claim, so no repeat (the column is unknown)
+    read = CliRunner().invoke(cli, ["audit", str(data), "--id", "cid", "--evidence", "--claim", "--claim", "y = 1",
+                                    "--no-report"], env=env)
+    assert read.exit_code == 2 and "given twice" not in read.output and "'--claim'" in read.output, read.output
+
+
+def test_a_file_named_with_a_leading_dash_audits(tmp_path: Path) -> None:
+    import dcaudit
+
+    data = tmp_path / "-dash.csv"
+    data.write_text("cid,e,y\n" + "".join(f"c{i},{i % 3},{i % 2}\n" for i in range(9)))
+    result = dcaudit.audit(data, evidence="e", claim="y = 1", id="cid", record=True)
+    assert result.run_id is not None and result.run_id.startswith("dash-")
