@@ -52,7 +52,7 @@ from dcaudit.connectors.base import (
     fetch,
     provenance,
 )
-from dcaudit.errors import InputError, MissingSourceError, SpecError, require
+from dcaudit.errors import InputError, IntegrityError, MissingSourceError, SpecError, require
 from dcaudit.storage import write_table_atomic
 
 NORMALISER = "matbench-1"
@@ -147,8 +147,11 @@ FOLDS = SourceFile(
     name="matbench_v0.1_validation.json.gz",
     url=f"{RAW}/matbench/matbench_v0.1_validation.json",
     mirror_paths=("matbench/matbench_v0.1_validation.json.gz",),
-    licence=LICENCE, citation=CITATION,  # the mirror re-gzipped its copy: no one sha256 fits both; read checks it
+    licence=LICENCE, citation=CITATION,  # the mirror re-gzipped its copy: no one sha256 of the file fits both
 )
+# ... so read_folds checks the JSON itself: the sha256 of matbench 0.6's matbench_v0.1_validation.json, which the
+# download is and the mirror's gzip holds (a folds file with moved test ids would silently move every audit)
+FOLDS_JSON_SHA256 = "94c17bc3dac32c67d33d69289927a5fec174497e74bbc47293e23d3d147e9a6d"
 
 FINDING_SCHEMA = {"source": pl.Utf8, "file": pl.Utf8, "task": pl.Utf8, "submission": pl.Utf8,
                   "fold": pl.Int32, "row": pl.Int64, "mbid": pl.Utf8, "column": pl.Utf8, "issue": pl.Utf8,
@@ -282,9 +285,23 @@ def read_dataset(path: Path, task: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     return df, findings_frame(findings)
 
 
-def read_folds(path: Path) -> pl.DataFrame:
-    """The official splits -> (task, fold, mbid) for every test set; errors name the file."""
-    data = load_json(path)
+def read_folds(path: Path, sha256: str | None = FOLDS_JSON_SHA256) -> pl.DataFrame:
+    """The official splits -> (task, fold, mbid) for every test set; errors name the file. ``sha256``: of the
+    JSON text (decompressed), checked before it is used."""
+    try:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as fh:
+            raw = fh.read()
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read as JSON: {exc}", file=str(path)) from exc
+    digest = hashlib.sha256(raw).hexdigest()
+    if sha256 is not None and digest != sha256:
+        raise IntegrityError(f"{path}: its JSON has sha256 {digest}, expected {sha256} (matbench 0.6's "
+                             "matbench_v0.1_validation.json): it is truncated, modified or another version; "
+                             "replace it with the published file")
+    try:
+        data = json.loads(raw, object_pairs_hook=_pairs_hook)
+    except ValueError as exc:
+        raise InputError(f"cannot read as JSON: {exc}", file=str(path)) from exc
     splits = data.get("splits") if isinstance(data, dict) else None
     if not isinstance(splits, dict):
         raise InputError("expected {'metadata': …, 'splits': {task: {fold_k: {train, test}}}}", file=str(path))

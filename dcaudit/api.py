@@ -208,7 +208,9 @@ class Result:
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.2f} %"
+    from dcaudit.reports.numbers import percent_number
+
+    return "—" if value is None else f"{percent_number(value, decimals=2)} %"
 
 
 def _result(tables: Mapping[str, pa.Table], *, notes: Sequence[str], run_id: str | None,

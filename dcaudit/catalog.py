@@ -784,14 +784,20 @@ class Catalog:
             keys = [c for c in ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support")
                     if c in tables["a"] and c in tables["b"]]
             on = " AND ".join(f"a.{k} IS NOT DISTINCT FROM b.{k}" for k in keys)
+            # moved: any decision count or fraction differs, a side without candidates included (NULL <> x
+            # would be NULL: 0 -> 50 candidates counted as unchanged)
+            measures = [c for c in _DIFF_MEASURES if c in tables["a"] and c in tables["b"]]
+            moved = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in measures) or "FALSE"
             audits = con.sql(
                 f"SELECT {', '.join(f'coalesce(b.{k}, a.{k}) AS {k}' for k in keys)}, "
                 "a.certified_fraction AS certified_before, b.certified_fraction AS certified_after, "
                 "b.certified_fraction - a.certified_fraction AS certified_change, "
                 "a.ambiguous_fraction AS ambiguous_before, b.ambiguous_fraction AS ambiguous_after, "
                 "b.ambiguous_fraction - a.ambiguous_fraction AS ambiguous_change, "
-                "a.n_candidates AS n_before, b.n_candidates AS n_after "
-                f"FROM s_a a FULL OUTER JOIN s_b b ON {on} ORDER BY {', '.join(keys)}").to_arrow_table()
+                "a.n_candidates AS n_before, b.n_candidates AS n_after, "
+                f"coalesce(a._in AND b._in AND ({moved}), FALSE) AS moved "
+                f"FROM (SELECT *, TRUE AS _in FROM s_a) a FULL OUTER JOIN (SELECT *, TRUE AS _in FROM s_b) b ON {on} "
+                f"ORDER BY {', '.join(keys)}").to_arrow_table()
         finally:
             con.close()
         names = set(before.input_hashes) | set(after.input_hashes)
@@ -1125,6 +1131,11 @@ def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
 
+
+# what a runs --diff compares per audit row: it moved when any of these differs between the two runs
+_DIFF_MEASURES = ("n_candidates", "n_excluded", "n_fibers", "n_mixed_fibers", "certified_true", "certified_false",
+                  "ambiguous", "unsupported", "certified_fraction", "ambiguous_fraction", "unsupported_fraction",
+                  "benchmark_only_risk")
 
 _RUNNING = "|running:"  # after the files' fingerprint: the pids of this host's runs the catalog shows running
 

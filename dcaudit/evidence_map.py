@@ -16,6 +16,7 @@ makes "missing" (and NaN, ±inf) a value of its own. The SQL that computes keys 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -94,7 +95,8 @@ class EvidenceMap:
 
     @property
     def label(self) -> str:
-        return ",".join(self.columns)
+        """The columns as the package's ``evidence`` column writes them: :func:`join_names`."""
+        return join_names(self.columns)
 
     def refine(self, *extra: str) -> EvidenceMap:
         """The same map with more evidence columns (a probe added)."""
@@ -122,3 +124,16 @@ class EvidenceSQL:
     groups: pa.Table | None = None
     # the SELECT also gives ``_row``, the input's 1-based data row (``__row``): the candidates table's order
     has_row: bool = False
+
+
+def join_names(names: Sequence[str]) -> str:
+    """Names joined by commas, as :func:`dcaudit.spec.split_names` reads them back: a name that holds a comma,
+    a double quote or a line break, or has surrounding spaces, in double quotes (a quote inside doubled), so
+    ``"b,c"`` and ``d`` never read as three columns."""
+    def one(name: str) -> str:
+        if any(ch in name for ch in ',"\n\r') or name != name.strip():
+            return '"' + name.replace('"', '""') + '"'
+        return name
+
+    return ",".join(one(n) for n in names)
+

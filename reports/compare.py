@@ -62,7 +62,8 @@ def _summary(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> tuple[str, l
         return "<p class='note'>One of the runs has no summary table.</p>", []
     keys = _keys(SUMMARY_KEYS, ca["summary"], cb["summary"])
     metrics = [m for m in ("certified_fraction", "ambiguous_fraction", "unsupported_fraction", "benchmark_only_risk",
-                           "n_candidates", "n_mixed_fibers") if m in ca["summary"] and m in cb["summary"]]
+                           "n_candidates", "n_mixed_fibers", "certified_true", "certified_false")
+               if m in ca["summary"] and m in cb["summary"]]
     sel = [f"a.{m} AS {m}_a, b.{m} AS {m}_b" + (f", b.{m} - a.{m} AS {m}_change" if m.endswith(("fraction", "risk"))
                                                   else "") for m in metrics]
     for c in ("claim", "evidence"):   # an audit whose claim or evidence changed has other fibers altogether
@@ -75,13 +76,17 @@ def _summary(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> tuple[str, l
          f"abs(coalesce(b.ambiguous_fraction - a.ambiguous_fraction, 1)) DESC{', ' if keys else ''}"
          f"{', '.join(explorer.q(k) for k in keys)}")
     table = con.sql(q).to_arrow_table()
-    moved = con.sql(f"SELECT count(*) FROM ({q}) WHERE presence <> '' OR certified_fraction_change <> 0 "
-                    "OR ambiguous_fraction_change <> 0").fetchall()[0][0] if "certified_fraction" in metrics else 0
+    # moved: a row in one run only, a changed claim or evidence, or any measure that differs (a side without
+    # candidates included: NULL <> x is NULL, which counted 0 -> 50 candidates as unchanged)
+    differs = " OR ".join([f"{m}_a IS DISTINCT FROM {m}_b" for m in metrics]
+                          + [f"coalesce({c}_changed, FALSE)" for c in ("claim", "evidence")
+                             if c in ca["summary"] and c in cb["summary"]]) or "FALSE"
+    moved = con.sql(f"SELECT count(*) FROM ({q}) WHERE presence <> '' OR {differs}").fetchall()[0][0]
     table = table.drop_columns([c for c in table.column_names
                                 if c in keys and table.column(c).null_count == table.num_rows])
     rows = table.slice(0, 30).to_pylist()
-    return (f"<p>{moved} of {table.num_rows} audit rows moved (certified or ambiguous fraction changed, or the "
-            "row exists in one run only); largest changes first.</p>" + _table(table)), rows
+    return (f"<p>{moved} of {table.num_rows} audit rows moved (a fraction, a count, the claim or the evidence "
+            "changed, or the row exists in one run only); largest changes first.</p>" + _table(table)), rows
 
 
 def _chart(rows: list[dict]) -> str:

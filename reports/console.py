@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dcaudit.progress import StderrConsole
+from dcaudit.reports.numbers import percent_number
 
 console = StderrConsole()
 if not console.is_terminal:  # logs and CI: wide enough that the summary table is readable
@@ -33,7 +34,7 @@ def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
             if v is None:
                 cells.append("")
             elif c.endswith("fraction") or c == "benchmark_only_risk":
-                cells.append(f"{100 * v:.2f}")
+                cells.append(percent_number(v, decimals=2))
             else:
                 cells.append(str(v))
         table.add_row(*cells)
@@ -157,7 +158,7 @@ def print_rows(table: pa.Table, *, as_json: bool = False, tsv: bool = False) -> 
 
 
 def _pct(value: float | None, digits: int = 3) -> str:
-    return "" if value is None else f"{100 * value:.{digits}g}%"
+    return "" if value is None else f"{percent_number(value, digits=digits)}%"
 
 
 def completion_table(completion: pa.Table) -> pa.Table:
@@ -207,6 +208,9 @@ def diff_table(audits: pa.Table) -> pa.Table:
     df = pl.from_arrow(audits)
     keys = [c for c in ("audit_id", "model", "fiber_rule", "min_support") if c in df.columns
             and df[c].null_count() < df.height]
+    for c in ("claim", "evidence"):   # shown when they differ: a row gone and a row new would read alike
+        if c in df.columns and df[c].n_unique() > 1:
+            keys.append(c)
     return df.select(*keys,
                      (100 * pl.col("certified_before")).round(3).alias("cert % before"),
                      (100 * pl.col("certified_after")).round(3).alias("cert % after"),
@@ -222,7 +226,7 @@ def diff_counts(audits: pa.Table) -> tuple[int, int, int, int]:
     import polars as pl
 
     df = pl.from_arrow(audits)
-    moved = df.filter((pl.col("certified_change").abs() > 1e-12) | (pl.col("ambiguous_change").abs() > 1e-12)).height
+    moved = df.filter(pl.col("moved")).height   # any decision count or fraction differs (catalog.diff)
     new = df.filter(pl.col("n_before").is_null()).height
     gone = df.filter(pl.col("n_after").is_null()).height
     return moved, new, gone, df.height - moved - new - gone

@@ -22,6 +22,7 @@ column is whichever column of the source table matches the members' candidate id
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import re
@@ -35,6 +36,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from dcaudit.reports import depict
+from dcaudit.spec import split_names
 from dcaudit.storage import arrow_table
 
 PAGE = 24                  # members per page (the first page gets pictures)
@@ -98,7 +100,7 @@ def evidence_text(columns: Sequence[str], key: str | None, rule: str | None, lo:
         return f"{name} in [{_num(lo)}, {_num(hi)}]{bin_}"
     if key is None:
         return ""
-    values = key.split(",")
+    values = next(csv.reader([key]))   # key parts are CSV-quoted when they hold a comma or a quote
     if len(values) != len(columns) or not columns:
         return key
     if len(values) > 2 and all(v in ("0", "1") for v in values):
@@ -269,7 +271,7 @@ def explorer_data_deferred(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any
                                "evidence": f["ev"] or summary_evidence.get(a), "source": f["src"], "n": 0})
         audit = audit_rows[audit_index[a]]
         audit["n"] += 1
-        columns = [c for c in (f["ev"] or summary_evidence.get(a) or "").split(",") if c]
+        columns = split_names(f["ev"] or summary_evidence.get(a) or "")
         rec = {"a": audit_index[a], "e": intern(evidence_text(columns, f["evidence_key"], f["rule"], f["lo"], f["hi"])),
                "n": f["n"], "t": f["n_true"], "s": f["status"]}
         if f["mixed_kind"] is not None:
@@ -585,7 +587,7 @@ function shown(){var out=[];for(var i=0;i<D.nf;i++){var f=fib(i);
  if(state.filter){var t=(E(f)+' '+G(f)+' '+D.audits[f.a].id).toLowerCase();if(t.indexOf(state.filter)<0)continue;}
  out.push(i);}return out;}
 function E(f){return D.S[f.e];}function G(f){return f.g<0?'':D.S[f.g];}
-function pct(f){return f.t===null||f.t===undefined?'':(100*f.t/f.n).toFixed(1)+'%';}
+function pct(f){if(f.t===null||f.t===undefined)return '';var v=100*f.t/f.n,s=v.toFixed(1);for(var d=2;d<16&&f.t>0&&f.t<f.n&&(+s===0||+s===100);d++)s=String(+v.toPrecision(d));return s+'%';}
 function thumb(p){var c=el('canvas',{cls:'thumb',width:p.w,height:p.h});var x=c.getContext('2d');
  var img=x.createImageData(p.w,p.h);for(var i=0;i<p.w*p.h;i++){var v=255-parseInt(p.px.substr(2*i,2),16);
  img.data[4*i]=v;img.data[4*i+1]=v;img.data[4*i+2]=v;img.data[4*i+3]=255;}x.putImageData(img,0,0);return c;}

@@ -33,8 +33,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from dcaudit.claims import quote_identifier, quote_string
 from dcaudit.errors import InputError
 from dcaudit.reports.package import read_manifest, verify_package
+from dcaudit.spec import split_names
 
 FORMAT_VERSION = "1"
 FILES = ("summary.json", "fiber_table.csv", "ambiguous_cases.csv", "report.html")
@@ -74,7 +76,8 @@ def export_benchcert(run_dir: Path | str, out_dir: Path | str) -> list[Path]:
     con = duckdb.connect()
     names = {p.stem for p in run_dir.glob("*.parquet")}
     for name in names:
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{run_dir / (name + '.parquet')}')")
+        con.execute(f"CREATE VIEW {quote_identifier(name)} AS SELECT * FROM read_parquet("
+                    f"{quote_string(str(run_dir / (name + '.parquet')))})")   # a path may hold quotes
     manifest = read_manifest(run_dir)
 
     fibers = _fiber_table(con)
@@ -117,7 +120,7 @@ def _summary(con: duckdb.DuckDBPyConnection, names: set[str], manifest: dict, ha
     for row in con.sql("SELECT * FROM summary ORDER BY audit_id, model NULLS FIRST").to_arrow_table().to_pylist():
         entry = {
             "audit_id": row["audit_id"], "model": row.get("model"),
-            "deployment_action": row["claim"], "evidence": row["evidence"].split(","),
+            "deployment_action": row["claim"], "evidence": split_names(row["evidence"]),
             "fiber_rule": row["fiber_rule"], "min_support": row["min_support"],
             "n_candidates": row["n_candidates"], "n_excluded": row.get("n_excluded"),
             "certifiable_fraction": row["certified_fraction"], "ambiguous_fraction": row["ambiguous_fraction"],

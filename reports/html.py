@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from dcaudit import defaults
 from dcaudit.errors import IntegrityError
 from dcaudit.reports import charts, explorer
+from dcaudit.reports.numbers import number, percent_number
 from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
 from dcaudit.storage import arrow_table
 
@@ -111,8 +112,8 @@ def _cell(column: str, value: object) -> tuple[str, bool]:
         return str(value).lower(), False
     if isinstance(value, float):
         if _is_fraction(column):
-            return f"{100 * value:.3g}%", True
-        return f"{value:.4g}", True
+            return f"{percent_number(value)}%", True
+        return number(value), True
     if isinstance(value, int):
         return str(value), True
     if isinstance(value, list | tuple):
@@ -490,7 +491,7 @@ def _section_metrics(pkg: Package) -> str:
                        "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
                        f"LIMIT {MAX_BARS}").to_pylist()
         if rows:
-            parts.append(_interval_chart(rows, title="Metrics in [0, 1] (whisker = confidence interval)",
+            parts.append(_interval_chart(rows, title="Metrics in [0, 1] (whisker = ci_low to ci_high: an interval or a spread over seeds, see the table)",
                                          x_label="value"))
     parts.append(html_table(pkg.table("metrics"), total=pkg.rows["metrics"]))
     return "".join(parts)
@@ -592,7 +593,7 @@ def render_report(run_dir: Path, *, extra_sources: Iterable[Mapping[str, object]
 
 def _share(fraction: float | None) -> str:
     """A headline fraction as a percentage; NULL (no candidates) is a dash, never 0 %."""
-    return "—" if fraction is None else f"{100 * float(fraction):.3g}%"
+    return "—" if fraction is None else f"{percent_number(float(fraction))}%"
 
 
 def write_report(run_dir: Path, target: Path | None = None, *,

@@ -297,3 +297,18 @@ def test_matminer_path_builds_the_artifact_columns(tmp_path: Path, monkeypatch: 
     assert parsed["n"].to_list() == [1.6, 2.1] and findings.height == 0
     again = matbench.load_with_matminer("dielectric", s)  # cached in raw/: no second download
     assert calls == ["matbench_dielectric"] and again.equals(df)
+
+
+def test_a_folds_file_whose_json_differs_from_the_published_one_is_refused(tmp_path: Path) -> None:
+    import gzip
+
+    from dcaudit.errors import IntegrityError
+
+    original = gzip.decompress(mirror_path("matbench/matbench_v0.1_validation.json.gz").read_bytes())
+    moved = tmp_path / "matbench_v0.1_validation.json.gz"
+    moved.write_bytes(gzip.compress(original.replace(b'"mb-', b'"mb_', 1)))   # one id edited
+    with pytest.raises(IntegrityError, match="sha256 .* expected 94c17bc3"):
+        matbench.read_folds(moved)
+    same = tmp_path / "same.json.gz"
+    same.write_bytes(gzip.compress(original, compresslevel=1))   # another gzip of the same JSON: accepted
+    assert matbench.read_folds(same).height > 0
