@@ -92,7 +92,12 @@ def test_sensitivity_section_reference_with_fixed_tolerances(data: Path, tmp_pat
 def test_sensitivity_reference_still_serves_mae_beside_a_width(data: Path, tmp_path: Path) -> None:
     rest = ('[[audits]]\nid = "ax"\nclaim = "y = 1"\nevidence = ["x"]\n'
             '[sensitivity]\ntolerances = [0.5, "mae"]\nreference = "ref"\n')
-    validate_spec(load_spec(str(write_spec(tmp_path, spec_text(data, rest)))))  # the reference is read: no error
+    spec = load_spec(str(write_spec(tmp_path, spec_text(data, rest))))
+    validate_spec(spec)   # "mae" reads the reference: no error
+    from dcaudit.audits.sensitivity import section_options
+
+    options = section_options(spec.sections["sensitivity"])
+    assert options.reference == "ref" and list(options.tolerances) == [0.5, "mae"]
 
 
 def test_sensitivity_empty_reference_is_refused(data: Path, tmp_path: Path) -> None:
