@@ -288,7 +288,8 @@ def runs(settings: Settings, limit: int, diff_spec: str | None, as_json: bool, q
 @cli.command()
 @click.argument("sql")
 @click.option("--json", "as_json", is_flag=True, callback=one_output, help="JSON rows instead of a table (NaN and ±inf as the strings "
-              "\"NaN\", \"Infinity\", \"-Infinity\": strict JSON).")
+              "\"NaN\", \"Infinity\", \"-Infinity\": strict JSON; decimals as numbers with their exact "
+              "digits; blobs and intervals as DuckDB's text for them).")
 @click.option("--quiet", is_flag=True, callback=one_output, help="Tab-separated rows without a header (for shell scripts); a tab, newline "
               "or backslash inside a value is written \\t, \\n, \\\\, and NULL as \\N.")
 @click.pass_obj

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pyarrow as pa
+from pyarrow import MonthDayNano
 from rich.console import Console
 from rich.table import Table
 
@@ -111,19 +113,58 @@ def print_notes(notes: Sequence[str]) -> None:
 def _cell(value: object) -> str:
     if value is None:
         return ""
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return _text(value) if isinstance(value, bytes | MonthDayNano) else str(value)
 
 
-def _json_safe(value: object) -> object:
-    import math
+def _text(value: bytes | MonthDayNano) -> str:
+    """A BLOB or an INTERVAL as DuckDB writes it as text (``CAST(x AS VARCHAR)``), not as Python's repr
+    (``b'..'``, ``MonthDayNano(months=..)``): a user can paste it back into SQL."""
+    if isinstance(value, bytes):
+        # printable ASCII as is; any other byte, and the backslash and both quotes, as \xHH, as DuckDB does
+        return "".join(chr(b) if 32 <= b < 127 and b not in b"\\'\"" else f"\\x{b:02X}" for b in value)
+    months, days, nanos = value.months, value.days, value.nanoseconds
+    parts = [f"{n} {unit}{'' if abs(n) == 1 else 's'}" for n, unit in
+             ((int(months / 12), "year"), (months - 12 * int(months / 12), "month"), (days, "day")) if n]
+    if nanos or not parts:
+        sign, nanos = ("-" if nanos < 0 else ""), abs(nanos)
+        seconds, frac = divmod(nanos, 1_000_000_000)
+        clock = f"{sign}{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        parts.append(clock + (f".{frac // 1000:06d}".rstrip("0") if frac // 1000 else ""))
+    return " ".join(parts)
 
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
+
+def _json_text(rows: list[dict[str, object]]) -> str:
+    """Rows as strict JSON. NaN and ±inf become the strings "NaN", "Infinity", "-Infinity" (json writes bare
+    NaN, which other readers refuse or, as jq does, turn into null or 1.79e308 without a word). A DECIMAL
+    (and a HUGEINT, which Arrow carries as a decimal) is written as a JSON number with its exact digits, not
+    rounded through a double and not as a string; BLOB and INTERVAL values as DuckDB's text for them."""
+    import json
+    import re
+    import secrets
+    from decimal import Decimal
+
+    # json cannot write a number it did not format itself: each decimal goes out as a unique placeholder
+    # string, replaced by the decimal's digits afterwards (the token is random, so no user text matches it)
+    token, decimals = f"dcaudit-decimal-{secrets.token_hex(8)}-", []
+
+    def safe(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        if isinstance(value, Decimal):
+            decimals.append(format(value, "f"))
+            return f"{token}{len(decimals) - 1}"
+        if isinstance(value, bytes | MonthDayNano):
+            return _text(value)
+        if isinstance(value, dict):
+            return {k: safe(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [safe(v) for v in value]
+        return value
+
+    text = json.dumps(safe(rows), default=str, indent=1, allow_nan=False)
+    return re.sub(f'"{token}(\\d+)"', lambda m: decimals[int(m[1])], text) if decimals else text
 
 
 def _tsv_cell(value: object) -> str:
@@ -137,13 +178,10 @@ def _tsv_cell(value: object) -> str:
 
 def print_rows(table: pa.Table, *, as_json: bool = False, tsv: bool = False) -> None:
     """Any table on stdout: a rich table (wide enough for logs), JSON rows, or tab-separated rows."""
-    import json
     import sys
 
     if as_json:
-        # strict JSON: NaN and ±inf as the strings "NaN", "Infinity", "-Infinity" (json writes bare NaN, which
-        # other readers refuse or, as jq does, turn into null or 1.79e308 without a word)
-        print(json.dumps(_json_safe(table.to_pylist()), default=str, indent=1, allow_nan=False))
+        print(_json_text(table.to_pylist()))
         return
     if tsv:
         for row in table.to_pylist():
