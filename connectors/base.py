@@ -28,10 +28,10 @@ from typing import Any, Generic, Protocol, TypeVar
 from dcaudit.config import Settings
 from dcaudit.errors import IntegrityError, MissingSourceError
 from dcaudit.spec import check_keys, typed_fields
-from dcaudit.storage import cached_table, md5_file, sha256_file
+from dcaudit.storage import cached_table, md5_file, regular_file, sha256_file
 
 __all__ = ["Connector", "FetchedFile", "NoOptions", "PreparedSource", "SourceConnector", "SourceFile",
-           "cached_table", "fetch", "parse_options", "provenance", "sha256_file", "verified_sha256"]
+           "cached_table", "fetch", "parse_options", "provenance", "regular_file", "sha256_file", "verified_sha256"]
 
 
 @dataclass(frozen=True)
@@ -142,16 +142,19 @@ def fetch(source: SourceFile, settings: Settings) -> FetchedFile:
     (or md5) when the connector knows one — for the mirror, the file at the first mirror path or named
     like the source (other mirror paths may hold another encoding of the data); connectors whose upstream
     bytes vary, or whose hash is unknown, verify the content instead.
+
+    A directory (or a link to nothing) where a copy belongs stops the fetch with a one-line error naming it
+    (:func:`dcaudit.storage.regular_file`): it is not a missing file, and no download should go around it.
     """
     if settings.mirror is not None:
         for rel in source.mirror_paths:
             candidate = settings.mirror / rel
-            if candidate.is_file():
+            if regular_file(candidate, f"the mirror's copy of {source.name}"):
                 hashed = rel == source.mirror_paths[0] or rel.endswith(source.name)
                 digest = verified_sha256(candidate, source) if hashed else sha256_file(candidate)
                 return FetchedFile(candidate, digest, f"mirror:{candidate}", _now())
     cached = settings.raw_dir / source.name
-    if cached.is_file():
+    if regular_file(cached, f"the downloaded copy of {source.name}"):
         return FetchedFile(cached, verified_sha256(cached, source), source.url, _mtime(cached))
     if settings.offline:
         raise MissingSourceError(_missing_message(source, settings))

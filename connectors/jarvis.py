@@ -65,7 +65,7 @@ from dcaudit.connectors.base import (
     sha256_file,
 )
 from dcaudit.errors import InputError, MissingSourceError, SpecError
-from dcaudit.storage import write_table_atomic
+from dcaudit.storage import regular_file, write_table_atomic
 
 NAME = "jarvis"
 NORMALISER = "jarvis-3"
@@ -197,7 +197,7 @@ def package_benchmark(prop: str) -> Path | None:
         return None
     for root in spec.submodule_search_locations:
         path = Path(root) / BENCH_DIR / truth_file_name(prop)
-        if path.is_file():
+        if regular_file(path, "jarvis-leaderboard's benchmark file"):
             return path
     return None
 

@@ -53,7 +53,7 @@ from dcaudit.connectors.base import (
     provenance,
 )
 from dcaudit.errors import InputError, IntegrityError, MissingSourceError, SpecError, require
-from dcaudit.storage import write_table_atomic
+from dcaudit.storage import regular_file, write_table_atomic
 
 NORMALISER = "matbench-1"
 COMMIT = "936176db18ca4cd7b38cbd957c017a5bac770c6b"
@@ -458,7 +458,7 @@ def load_with_matminer(task: str, settings: Settings) -> pl.DataFrame:
     Cached as ``raw/matbench_<task>.matminer.parquet``: the analysis takes minutes on the big tasks.
     """
     cached = settings.raw_dir / f"matbench_{task}.matminer.parquet"
-    if cached.is_file():
+    if regular_file(cached, "matminer's cached download"):
         return pl.read_parquet(cached)
     if settings.offline:
         src = dataset_source(task)
@@ -514,18 +514,22 @@ def _task_table(task: str, settings: Settings, folds: pl.DataFrame, folds_sha: s
     findings_path = out_dir / f"{task}.findings.parquet"
     sha = fetched.sha256 if fetched else f"matminer:{task}"
     key = _digest(sha, folds_sha)
-    if _cached(path, key) and findings_path.is_file():
+    if _cached(path, key) and regular_file(findings_path, "the derived table"):
         return path, sha, pl.read_parquet(findings_path)
     if fetched is not None:
         raw, findings = read_dataset(fetched.path, task)
         origin = fetched
     else:  # no mirror copy: matminer's download (raises a clear MissingSourceError offline)
+        frame = load_with_matminer(task, settings)   # first: a failed download leaves no temporary behind
         tmp = settings.raw_dir / f"matbench_{task}.json.bz2.tmp"
+        regular_file(tmp, "the temporary copy")       # a directory of that name is the user's: kept
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        with bz2.open(tmp, "wt") as fh:
-            json.dump(_dataset_json(load_with_matminer(task, settings)), fh)
-        raw, findings = read_dataset(tmp, task)
-        tmp.unlink()
+        try:
+            with bz2.open(tmp, "wt") as fh:
+                json.dump(_dataset_json(frame), fh)
+            raw, findings = read_dataset(tmp, task)
+        finally:
+            tmp.unlink(missing_ok=True)
         origin = FetchedFile(settings.raw_dir / f"matbench_{task}.matminer.parquet", sha, "matminer", "")
     table, more = normalise_task(raw, folds, task, str(origin.path))
     findings = pl.concat([findings, more])
@@ -679,7 +683,7 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
     pred_findings_path = out_dir / "predictions.findings.parquet"
     key = _digest(*(f"{k}={v}" for k, v in sorted(inputs.items())))
     notes = [f"matbench: {len(tasks)} task(s), {len(fetched)} submission(s) with predictions"]
-    if _cached(pred_path, key) and pred_findings_path.is_file():
+    if _cached(pred_path, key) and regular_file(pred_findings_path, "the derived table"):
         pred_findings = pl.read_parquet(pred_findings_path)
     else:
         parts, pfind = [_empty_predictions()], []

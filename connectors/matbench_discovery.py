@@ -51,7 +51,7 @@ from dcaudit.connectors.base import (
     provenance,
 )
 from dcaudit.errors import InputError, MissingSourceError
-from dcaudit.storage import write_table_atomic
+from dcaudit.storage import regular_file, write_table_atomic
 
 NORMALISER = "matbench-discovery-1"
 LICENCE = "MIT (janosh/matbench-discovery); WBM data CC-BY-4.0"
@@ -217,7 +217,7 @@ def _yaml_models(settings: Settings) -> dict[str, tuple[str, str]]:
     if settings.mirror is None:
         return {}
     path = settings.mirror / "matbench_discovery" / "model_metrics_from_yaml.csv"
-    if not path.is_file():
+    if not regular_file(path, "the mirror's model list"):
         return {}
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))

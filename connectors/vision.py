@@ -45,7 +45,7 @@ from dcaudit.connectors.vision_models import (
 )
 from dcaudit.connectors.vision_predictions import CLEAN, image_evidence_sql
 from dcaudit.errors import SpecError
-from dcaudit.storage import write_table_atomic
+from dcaudit.storage import regular_file, write_table_atomic
 
 
 def write_images_table(predictions: dict[str, Path], out: Path) -> Path:
@@ -168,7 +168,7 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
         tables["digits"] = path
         pixels = settings.tables_dir / "vision" / (
             f"digits-pixels-{hashlib.sha256(repr((digest, protocol)).encode()).hexdigest()[:12]}.parquet")
-        if not pixels.is_file():
+        if not regular_file(pixels, "the derived table"):
             write_pixels_table(protocol, pixels)
         pixel_tables = {"digits-pixels": pixels}
         inputs["sklearn.load_digits"] = digest
@@ -185,10 +185,10 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
                      f"the other {10000 - mp.train_size}; clean accuracy {accs}")
     key = hashlib.sha256(json.dumps({k: p.name for k, p in tables.items()}, sort_keys=True).encode()).hexdigest()
     images = settings.tables_dir / "vision" / f"images-{key[:12]}.parquet"
-    if not images.is_file():
+    if not regular_file(images, "the derived table"):
         write_images_table(tables, images)
     found = images.with_name(f"findings-{key[:12]}.parquet")
-    if not found.is_file():
+    if not regular_file(found, "the derived table"):
         write_table_atomic(findings.to_arrow(vision_findings(tables, images)), found)
     tables["images"] = images
     if "digits" in datasets:

@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dcaudit.errors import one_line
+from dcaudit.errors import InputError, one_line
 
 if TYPE_CHECKING:
     from dcaudit.arrays import Kind
@@ -128,22 +129,82 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temporary sibling and ``os.replace`` (readers see old or new)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+class NotAFileError(InputError, OSError):
+    """Something other than a file (a directory, a link to nothing) where dcaudit reads or writes one: a
+    one-line input error (exit 2), and an OSError too, so a caller that lets an optional cache fail quietly
+    (the catalog's) still does."""
+
+
+def _not_a_file(path: Path) -> tuple[Path, str] | None:
+    """Why ``path`` can be neither read nor replaced as a file (it is there, but not as one) and what is in
+    the way (``path`` or a parent), or None when it is a regular file (or a link to one) or nothing is there."""
     try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            return path, f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return None
+    except NotADirectoryError:
+        from dcaudit.config import file_in_the_way
+
+        blocked = file_in_the_way(path) or path.parent
+        return blocked, f"cannot be there: {blocked} is a file, not a directory"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return path, "is a symbolic link that loops back on itself"
+        raise
+    if stat.S_ISREG(mode):
+        return None
+    return path, ("is a directory, not a file" if stat.S_ISDIR(mode)
+                  else "is not a regular file (a pipe, socket or device)")
+
+
+def regular_file(path: Path, what: str = "") -> bool:
+    """True when ``path`` is a regular file (or a link to one), False when nothing is there. Anything else
+    there (a directory, a link to nothing, a pipe) is a NotAFileError naming it: read as missing it would be
+    fetched or derived again and then fail to replace it, or replace what the user put there.
+
+    The connectors look up mirror, downloaded and derived files with it, and every atomic write checks its
+    target with it (:func:`write_bytes_atomic`, :func:`write_table_atomic`). ``what`` says what the file is for.
+    (A file a user names on the command line is checked by :func:`dcaudit.inputs.check_file`.)"""
+    path = Path(path)
+    found = _not_a_file(path)
+    if found is None:
+        return path.is_file()
+    culprit, problem = found
+    raise NotAFileError(f"{what + ' ' if what else ''}{path} {problem}; move {'it' if culprit == path else culprit} "
+                        "out of the way (dcaudit does not remove it)")
+
+
+def _replace_or_remove(tmp: Path, path: Path, write: Callable[[Path], None], what: str) -> None:
+    """``write(tmp)``, then ``os.replace(tmp, path)``; on any failure ``tmp`` is removed, and a directory that
+    appeared at ``path`` meanwhile is named as such (never an internal error)."""
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):   # never in place of an interrupt
+            regular_file(path, what)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary sibling and ``os.replace`` (readers see old or new).
+    Something other than a file at ``path`` (a directory) is a NotAFileError, and stays as it is."""
+    path = Path(path)
+    regular_file(path)   # before mkdir: a parent that is a file is named too
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
             fh.write(data)
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+
+    _replace_or_remove(path.with_name(f".{path.name}.{os.getpid()}.tmp"), path, write, "")
     if durable:
         _fsync_dir(path.parent)
 
@@ -220,15 +281,18 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def write_table_atomic(table: pa.Table, path: Path, metadata: Mapping[str, object] | None = None) -> None:
-    """Write one Parquet file through a temporary name and ``os.replace``."""
+    """Write one Parquet file through a temporary name and ``os.replace``. Something other than a file at
+    ``path`` or at its digest note (a directory) is a NotAFileError, and stays as it is."""
+    path = Path(path)
+    regular_file(path, "the derived table")
+    regular_file(_digest_path(path), "the digest note of a derived table")  # else the table is never reused
     path.parent.mkdir(parents=True, exist_ok=True)
     if metadata:
         meta = dict(table.schema.metadata or {})
         meta.update({str(k).encode(): str(v).encode() for k, v in metadata.items()})
         table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    _replace_or_remove(path.with_name(f".{path.name}.{os.getpid()}.tmp"), path,
+                       lambda tmp: pq.write_table(table, tmp, compression="zstd"), "the derived table")
     _remember_digest(path)
 
 
@@ -250,7 +314,9 @@ def _remember_digest(path: Path) -> None:
 def table_intact(path: Path) -> bool:
     """True when a derived table holds the bytes it was written with: its file identity (inode, size, mtime)
     is the one noted when it was written, or — after a copy that kept the bytes — its sha256 is. A table with
-    no note, or whose bytes changed (a flipped bit, a rewrite by another tool), is not intact: derived again."""
+    no note, or whose bytes changed (a flipped bit, a rewrite by another tool), is not intact: derived again.
+    A note that is a directory is a NotAFileError (:func:`regular_file`): it could never be written again."""
+    regular_file(_digest_path(path), "the digest note of a derived table")
     try:
         identity, digest = _digest_path(path).read_text().split("\n")[:2]
         if identity == _identity(path):
@@ -529,9 +595,10 @@ def cached_table(path: Path, input_key: str, version: str | None, *,
     ``key_field`` names the metadata entry holding the input key (a file's sha256, a digest of several, a
     protocol hash); ``version=None`` skips the normaliser-version check (``dcaudit.normaliser``).
     A table that does not read, or whose bytes changed since it was written (:func:`table_intact`), is
-    never trusted: the caller derives it again.
+    never trusted: the caller derives it again. A directory (or anything but a file) at ``path`` is a
+    NotAFileError naming it (:func:`regular_file`), not a table to derive again.
     """
-    if not path.is_file():
+    if not regular_file(path, "the derived table"):
         return False
     try:
         meta = pq.read_schema(path).metadata or {}

@@ -25,7 +25,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from dcaudit.errors import require
-from dcaudit.storage import cached_table, write_table_atomic
+from dcaudit.storage import cached_table, regular_file, write_table_atomic
 
 VERSION = "magpie-1"
 PROPERTIES = (
@@ -106,7 +106,7 @@ def elemental_table(symbols: Sequence[str], cache_dir: Path | None = None) -> np
 
 def _elements(cache_dir: Path) -> pl.DataFrame | None:
     path = cache_dir / "elements.parquet"
-    if not path.is_file():
+    if not regular_file(path, "the cached table"):
         return None
     meta = pq.read_schema(path).metadata or {}
     return pl.read_parquet(path) if meta.get(b"dcaudit.normaliser", b"").decode() == VERSION else None

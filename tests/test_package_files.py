@@ -255,3 +255,120 @@ def test_force_never_deletes_a_users_file_in_a_package_nor_follows_a_link(tmp_pa
     link.symlink_to(package)
     linked = _cli(tmp_path, "audit", str(data), *AUDIT, "--out", str(link), "--force")
     assert linked.exit_code == 2 and "symbolic link" in linked.output and link.is_symlink()
+
+
+def _listing(folder: Path) -> dict[str, bool]:
+    """Every entry below ``folder`` (hidden ones too), with whether it is a directory."""
+    return {str(p.relative_to(folder)): p.is_dir() for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("make", ["directory", "broken link", "fifo"])
+def test_a_cached_table_that_is_not_a_file_is_named_not_derived_again(tmp_path: Path, make: str) -> None:
+    """cached_table read a directory (or a link to nothing) at a table's path as "no table", and the rewrite
+    then failed in os.replace as an internal error, leaving its temporary file behind."""
+    import os
+
+    from dcaudit.errors import DcauditError
+    from dcaudit.storage import NotAFileError, cached_table
+
+    path = tmp_path / "t.parquet"
+    assert not cached_table(path, "k", "v1")            # nothing there: derived, as before
+    if make == "directory":
+        path.mkdir()
+        (path / "mine.txt").write_text("keep")
+    elif make == "broken link":
+        path.symlink_to(tmp_path / "gone.parquet")
+    else:
+        os.mkfifo(path)
+    before = _listing(tmp_path)
+    with pytest.raises(NotAFileError) as caught:
+        cached_table(path, "k", "v1")
+    message = str(caught.value)
+    assert str(path) in message and "\n" not in message and isinstance(caught.value, DcauditError)
+    assert caught.value.exit_code == 2
+    assert {"directory": "is a directory, not a file", "broken link": "gone.parquet, which does not exist",
+            "fifo": "not a regular file"}[make] in message
+    assert _listing(tmp_path) == before
+
+
+def test_writing_a_table_onto_a_directory_stops_and_leaves_nothing(tmp_path: Path) -> None:
+    from dcaudit.storage import NotAFileError, write_table_atomic
+
+    path = tmp_path / "findings.parquet"
+    path.mkdir()
+    (path / "mine.txt").write_text("keep")
+    before = _listing(tmp_path)
+    with pytest.raises(NotAFileError, match=f"{path} is a directory, not a file"):
+        write_table_atomic(pa.table({"x": [1]}), path, {"dcaudit.sha256": "k"})
+    assert _listing(tmp_path) == before and (path / "mine.txt").read_text() == "keep"
+
+
+def test_a_directory_that_appears_while_a_table_is_written_is_named_and_the_temporary_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process (or the user) puts a directory at the path between the check and the rename."""
+    from dcaudit import storage
+    from dcaudit.storage import NotAFileError, write_table_atomic
+
+    path = tmp_path / "findings.parquet"
+    real = storage.pq.write_table
+
+    def write_then_block(table: pa.Table, where: object, **kwargs: object) -> None:
+        real(table, where, **kwargs)
+        path.mkdir()
+
+    monkeypatch.setattr(storage.pq, "write_table", write_then_block)
+    with pytest.raises(NotAFileError, match=f"{path} is a directory"):
+        write_table_atomic(pa.table({"x": [1]}), path)
+    assert _listing(tmp_path) == {"findings.parquet": True}
+
+
+def test_a_failed_table_write_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dcaudit import storage
+    from dcaudit.storage import write_table_atomic
+
+    real = storage.pq.write_table
+
+    def write_half(table: pa.Table, where: object, **kwargs: object) -> None:
+        real(table, where, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.pq, "write_table", write_half)
+    with pytest.raises(OSError, match="No space"):
+        write_table_atomic(pa.table({"x": [1]}), tmp_path / "t.parquet")
+    assert _listing(tmp_path) == {}
+
+
+def test_a_digest_note_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    """The note beside a derived table was read and written with OSError ignored: a directory there made every
+    run derive the table again, silently."""
+    from dcaudit.storage import NotAFileError, cached_table, write_table_atomic
+
+    path = tmp_path / "t.parquet"
+    write_table_atomic(pa.table({"x": [1]}), path, {"dcaudit.sha256": "k"})
+    note = tmp_path / ".t.parquet.sha256"
+    note.unlink()
+    note.mkdir()
+    with pytest.raises(NotAFileError, match=f"{note} is a directory"):
+        cached_table(path, "k", None)
+    written = path.read_bytes()
+    with pytest.raises(NotAFileError, match=f"{note} is a directory"):
+        write_table_atomic(pa.table({"x": [2]}), path, {"dcaudit.sha256": "k"})
+    assert path.read_bytes() == written and note.is_dir()   # checked before anything is replaced
+
+
+def test_atomic_bytes_onto_a_directory_or_under_a_file_stop_with_the_path(tmp_path: Path) -> None:
+    """Records, caches and catalog stamps go through write_bytes_atomic; a cache caller that lets an OSError
+    pass quietly (the catalog's) still can: the error is an OSError too."""
+    from dcaudit.storage import NotAFileError, write_bytes_atomic, write_json_atomic
+
+    record = tmp_path / "records" / "r1.json"
+    record.mkdir(parents=True)
+    before = _listing(tmp_path)
+    with pytest.raises(NotAFileError, match=f"{record} is a directory") as caught:
+        write_json_atomic(record, {"run_id": "r1"})
+    assert isinstance(caught.value, OSError) and _listing(tmp_path) == before
+    (tmp_path / "raw").write_text("a file where a directory belongs")
+    with pytest.raises(NotAFileError, match=f"{tmp_path / 'raw'} is a file, not a directory; move "
+                                            f"{tmp_path / 'raw'} out of the way"):
+        write_bytes_atomic(tmp_path / "raw" / "x.bin", b"x")
+    assert (tmp_path / "raw").read_text() == "a file where a directory belongs"

@@ -237,3 +237,22 @@ def test_a_pinned_prediction_file_missing_from_the_mirror_stops_the_run(tmp_path
     mirror = _fake_mirror(tmp_path / "mirror", {("my_new_model", FE): "id,prediction\n"})  # contributions/ exists
     with pytest.raises(MissingSourceError, match="alignn_model.*not available offline"):
         jarvis.prepare(_settings(tmp_path / "home", mirror), jarvis.Options(properties=(FE,)))
+
+
+def test_a_prediction_file_that_is_a_directory_is_named_not_missing(tmp_path: Path) -> None:
+    """It read as "not available offline: put it at <that directory>"."""
+    from dcaudit.errors import MissingSourceError
+
+    real = mirror_path(jarvis.CONTRIB_DIR)
+    contrib = tmp_path / "mirror" / jarvis.CONTRIB_DIR
+    for model in real.iterdir():
+        (contrib / model.name).mkdir(parents=True)
+        for entry in model.iterdir():
+            (contrib / model.name / entry.name).symlink_to(entry)
+    first = jarvis.select_models(jarvis.discover(_settings(tmp_path / "home", tmp_path / "mirror"), (FE,)), None)[0]
+    blocked = tmp_path / "mirror" / first.source.mirror_paths[0]
+    blocked.unlink()
+    blocked.mkdir()
+    with pytest.raises(InputError, match=f"{blocked} is a directory, not a file") as caught:
+        jarvis.prepare(_settings(tmp_path / "home", tmp_path / "mirror"), jarvis.Options(properties=(FE,)))
+    assert not isinstance(caught.value, MissingSourceError)

@@ -312,3 +312,42 @@ def test_a_folds_file_whose_json_differs_from_the_published_one_is_refused(tmp_p
     same = tmp_path / "same.json.gz"
     same.write_bytes(gzip.compress(original, compresslevel=1))   # another gzip of the same JSON: accepted
     assert matbench.read_folds(same).height > 0
+
+
+def _listing(folder: Path) -> dict[str, bool]:
+    return {str(p.relative_to(folder)): p.is_dir() for p in sorted(folder.rglob("*"))}
+
+
+def test_a_task_without_a_copy_offline_leaves_no_temporary_in_raw(tmp_path: Path) -> None:
+    """The matminer path opened raw/matbench_<task>.json.bz2.tmp before asking matminer, which offline
+    refuses: the run stopped and the temporary file stayed."""
+    from dcaudit.errors import MissingSourceError
+
+    mirror = tmp_path / "mirror" / "matbench"
+    mirror.mkdir(parents=True)
+    (mirror / "matbench_v0.1_validation.json.gz").symlink_to(mirror_path("matbench/matbench_v0.1_validation.json.gz"))
+    s = Settings(home=tmp_path / "home", mirror=tmp_path / "mirror", memory_limit="2GB", threads=1, offline=True)
+    with pytest.raises(MissingSourceError, match="matbench_steels"):
+        matbench.prepare(s, matbench.Options(tasks=("steels",), submissions=()))
+    assert not s.raw_dir.exists() or _listing(s.raw_dir) == {}
+
+
+def test_a_derived_findings_table_that_is_a_directory_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    """<task>.findings.parquet was looked up with is_file(): a directory there made the task derived again, and
+    os.replace failed as an internal error with the temporary file left beside it."""
+    from dcaudit.storage import NotAFileError
+
+    s = Settings(home=tmp_path / "home", mirror=MIRROR, memory_limit="2GB", threads=1, offline=True)
+    options = matbench.Options(tasks=("steels",), submissions=())
+    matbench.prepare(s, options)
+    out = s.tables_dir / "matbench"
+    for name in ("steels.findings.parquet", "predictions.findings.parquet"):
+        kept = (out / name).read_bytes()
+        (out / name).unlink()
+        (out / name).mkdir()
+        before = _listing(out)
+        with pytest.raises(NotAFileError, match=f"{out / name} is a directory, not a file"):
+            matbench.prepare(s, options)
+        assert _listing(out) == before
+        (out / name).rmdir()
+        (out / name).write_bytes(kept)

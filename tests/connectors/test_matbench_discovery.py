@@ -152,3 +152,40 @@ def test_audit_runs_once_a_summary_is_present(settings: Settings, tmp_path: Path
     assert package.filter(pl.col("kind") == "id_not_in_wbm_summary").height == 524
     assert set(package["source"]) == {"matbench-discovery"}
     assert "sensitivity" in result.tables and "metrics" in result.tables
+
+
+def _mirror_of_links(tmp_path: Path) -> Path:
+    """The real mirror's matbench_discovery/ as links, one level deep per prediction folder."""
+    real = mirror_path("matbench_discovery")
+    root = tmp_path / "mirror" / "matbench_discovery"
+    for entry in real.iterdir():
+        if entry.name != "preds":
+            (root / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (root / entry.name).symlink_to(entry)
+    for folder in (real / "preds").iterdir():
+        (root / "preds" / folder.name).mkdir(parents=True)
+        for entry in folder.iterdir():
+            (root / "preds" / folder.name / entry.name).symlink_to(entry)
+    return root
+
+
+def test_a_prediction_file_that_is_a_directory_stops_the_run_not_drops_the_model(tmp_path: Path) -> None:
+    """It read as "predictions not available" (a finding) and the model quietly left the audit."""
+    root = _mirror_of_links(tmp_path)
+    rel = md.MIRROR_PREDICTIONS["alignn"][0]
+    (root / rel).unlink()
+    (root / rel).mkdir()
+    s = Settings(home=tmp_path / "home", mirror=root.parent, memory_limit="2GB", threads=1, offline=True)
+    with pytest.raises(InputError, match=f"{re.escape(str(root / rel))} is a directory, not a file"):
+        md.load_predictions(s, ["alignn"])
+
+
+def test_a_model_list_that_is_a_directory_is_named_not_read_as_absent(tmp_path: Path) -> None:
+    """Without the list, the figshare-only models were silently not known at all."""
+    root = _mirror_of_links(tmp_path)
+    listed = root / "model_metrics_from_yaml.csv"
+    listed.unlink()
+    listed.mkdir()
+    s = Settings(home=tmp_path / "home", mirror=root.parent, memory_limit="2GB", threads=1, offline=True)
+    with pytest.raises(InputError, match=f"the mirror's model list {re.escape(str(listed))} is a directory"):
+        md.prediction_sources(s)

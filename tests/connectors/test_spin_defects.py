@@ -144,3 +144,13 @@ def test_not_a_workbook_is_named(tmp_path: Path, mirror: Path) -> None:
     (mirror / "spin_defects" / spin_defects.MATERIALS_FILE).write_text("id,T2\nh1,1\n")
     with pytest.raises(InputError, match="cannot read as an Excel workbook.*Data_2D-Materials.xlsx"):
         spin_defects.prepare(_settings(tmp_path / "home", mirror))
+
+
+def test_a_workbook_that_is_a_directory_is_named_not_missing(tmp_path: Path, mirror: Path) -> None:
+    """fetch_all gathered it with the missing ones: "needs Data_2D-Materials.xlsx ..., not available here"."""
+    book = mirror / "spin_defects" / spin_defects.MATERIALS_FILE
+    book.unlink()
+    book.mkdir()
+    with pytest.raises(InputError, match=f"{book} is a directory, not a file") as caught:
+        spin_defects.prepare(_settings(tmp_path / "home", mirror))
+    assert not isinstance(caught.value, MissingSourceError)

@@ -183,3 +183,53 @@ def test_a_truncated_gzip_copy_is_named(tmp_path: Path) -> None:
     path.write_bytes(data[:-100])
     with pytest.raises(InputError, match="truncated or not valid gzip"):
         tox21.read_labels(path)
+
+
+def _run_tox21(home: Path, mirror: Path):  # noqa: ANN202
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    env = {"DCAUDIT_HOME": str(home), "DCAUDIT_MIRROR": str(mirror), "DCAUDIT_OFFLINE": "1"}
+    return CliRunner().invoke(cli, ["run", "tox21", "--no-report"], env=env)
+
+
+def _listing(folder: Path) -> dict[str, bool]:
+    return {str(p.relative_to(folder)): p.is_dir() for p in sorted(folder.rglob("*"))}
+
+
+def test_a_mirror_file_replaced_by_a_directory_is_named_not_skipped_as_missing(tmp_path: Path) -> None:
+    """It read as "skipped: tox21.csv.gz is not available offline: put it at <the directory>" and, online,
+    started the download."""
+    real = mirror_path("tox21/tox21.csv").parent.parent
+    mirror = tmp_path / "mir"
+    mirror.mkdir()
+    for entry in real.iterdir():
+        if entry.name != "tox21":
+            (mirror / entry.name).symlink_to(entry)
+    (mirror / "tox21" / "tox21.csv").mkdir(parents=True)
+    result = _run_tox21(tmp_path / "home", mirror)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == [f"error: tox21: the mirror's copy of tox21.csv.gz {mirror / 'tox21' / 'tox21.csv'} is a "
+                     "directory, not a file; move it out of the way (dcaudit does not remove it)"]
+    assert not (tmp_path / "home" / "raw").exists()     # no download was started
+
+
+def test_a_cached_table_replaced_by_a_directory_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    """It was "IsADirectoryError: ... '.findings.parquet.<pid>.tmp' -> 'findings.parquet' (internal error)", and
+    the temporary file stayed beside the tables."""
+    home = tmp_path / "home"
+    mirror = mirror_path("tox21/tox21.csv").parent.parent
+    assert _run_tox21(home, mirror).exit_code == 0
+    tables = home / "tables" / "tox21"
+    (tables / "findings.parquet").unlink()
+    (tables / "findings.parquet").mkdir()
+    (tables / "findings.parquet" / "mine.txt").write_text("keep")
+    before = _listing(tables)
+    result = _run_tox21(home, mirror)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: tox21: the derived table {tables / 'findings.parquet'} is a directory, not a file; move it out of "
+        "the way (dcaudit does not remove it)"]
+    assert _listing(tables) == before and (tables / "findings.parquet" / "mine.txt").read_text() == "keep"

@@ -274,3 +274,42 @@ def test_a_run_that_fitted_models_in_process_pools_ends(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "succeeded" in done.stdout + done.stderr
+
+
+def _listing(folder: Path) -> dict[str, bool]:
+    return {str(p.relative_to(folder)): p.is_dir() for p in sorted(folder.rglob("*"))}
+
+
+def test_a_derived_vision_table_that_is_a_directory_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    """images-*.parquet was looked up with is_file(): a directory there was rebuilt onto, and os.replace failed
+    as an internal error with the temporary file left beside it."""
+    from dcaudit.config import Settings
+    from dcaudit.connectors import vision
+    from dcaudit.storage import NotAFileError
+
+    settings = Settings(home=tmp_path / "home", mirror=None, memory_limit="2GB", threads=1, offline=True)
+    options = vision.Options(datasets=("digits",), digits_splits=1, digits_models=("gaussian_nb",), n_jobs=1)
+    prepared = vision.prepare(settings, options)
+    for name in ("images", "digits-pixels"):
+        path = prepared.tables[name]
+        kept = path.read_bytes()
+        path.unlink()
+        path.mkdir()
+        before = _listing(settings.tables_dir)
+        with pytest.raises(NotAFileError, match=f"{path} is a directory, not a file"):
+            vision.prepare(settings, options)
+        assert _listing(settings.tables_dir) == before
+        path.rmdir()
+        path.write_bytes(kept)
+
+
+def test_an_mnist_mirror_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    from dcaudit.config import Settings
+    from dcaudit.storage import NotAFileError
+
+    blocked = tmp_path / "mirror" / vm.MNIST_SOURCES[0].mirror_paths[0]
+    blocked.mkdir(parents=True)
+    settings = Settings(home=tmp_path / "home", mirror=tmp_path / "mirror", memory_limit="2GB", threads=1,
+                        offline=True)
+    with pytest.raises(NotAFileError, match=f"{blocked} is a directory, not a file"):
+        vm.load_mnist_test(settings)
