@@ -54,7 +54,9 @@ from dcaudit.storage import (
     CATALOG_TABLES,
     OPTIONAL_VIEWS,
     TABLE_SCHEMAS,
+    NotAFileError,
     process_alive,
+    regular_file,
     verify_package,
     write_bytes_atomic,
     write_json_atomic,
@@ -334,6 +336,8 @@ class Catalog:
         """Refresh, never raising: returns a one-line note when the catalog could not be refreshed."""
         try:
             self._refresh(force=False, fallback=False)
+        except NotAFileError as exc:   # the next command cannot do better: the user must move it
+            return f"the run is recorded, but catalog.duckdb could not be refreshed: {_one_line(exc)}"
         except Exception as exc:  # noqa: BLE001 - the run's record is written; the next command refreshes
             return (f"the run is recorded, but catalog.duckdb could not be refreshed "
                     f"({_one_line(exc)}); the next dcaudit command refreshes it")
@@ -468,6 +472,7 @@ class Catalog:
 
     def _write_catalog(self, target: Path, rows: list[dict], schemas: _TableFiles, served: set[Path],
                        fingerprint: str, report: BuildReport) -> None:
+        regular_file(target, "the catalog")   # a directory there would fail only after the whole build
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(target, self.records_dir)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")

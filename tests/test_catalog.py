@@ -351,6 +351,23 @@ def test_a_failed_catalog_refresh_does_not_fail_the_run(tmp_path: Path, bench: P
     assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "succeeded")]
 
 
+def test_a_directory_at_catalog_duckdb_is_named_once_and_queries_still_answer(tmp_path: Path, bench: Path) -> None:
+    """The note said "the next dcaudit command refreshes it" (none could: the directory stays) and was printed
+    twice, once by the runner and once with the run's notes."""
+    home = tmp_path / "home"
+    assert invoke(home, "run", str(spec_file(bench))).exit_code == 0
+    (home / "catalog.duckdb").unlink()
+    (home / "catalog.duckdb").mkdir()
+    result = invoke(home, "run", str(spec_file(bench)), "--force")
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "could not be refreshed" in line]
+    assert len(said) == 1 and "catalog.duckdb is a directory, not a file" in said[0], result.output
+    assert "next dcaudit command" not in said[0]
+    answered = invoke(home, "query", "--quiet", "SELECT count(*) FROM runs")
+    assert answered.exit_code == 0 and answered.stdout.strip() == "2"
+    assert (home / "catalog.duckdb").is_dir() and not list(home.glob(".catalog.duckdb.*.tmp"))
+
+
 def test_a_run_whose_process_died_after_the_catalog_was_built_is_shown_failed(tmp_path: Path, bench: Path) -> None:
     """A catalog built while a run's process was alive shows it running. When that process then dies by
     SIGKILL, its record does not change, so the files' fingerprint alone kept the catalog "current": the run
