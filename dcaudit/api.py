@@ -503,11 +503,9 @@ def load(package: str | Path, *, settings: Settings | None = None) -> Result:
 
     if not isinstance(package, str | os.PathLike):
         raise SpecError(f"load({package!r}): give a package directory, a run id or a spec name")
-    path = Path(package)
-    if not (path / "manifest.json").is_file():
-        from dcaudit.catalog import Catalog
+    from dcaudit.catalog import Catalog
 
-        path = Catalog(_settings(settings)).run_dir(str(package))
+    path = Catalog(_settings(settings)).package_dir(str(package))
     damaged = verify_package(path, columns=True)
     if damaged:
         raise SpecError(f"the package is damaged: {'; '.join(damaged)}")

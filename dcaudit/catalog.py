@@ -754,20 +754,44 @@ class Catalog:
                           f"ORDER BY started_at DESC, run_id DESC LIMIT {int(limit)}")
 
     def run_dir(self, run_id_or_spec: str) -> Path:
-        """The package directory of a run id, or of the latest succeeded/reused run of a spec name."""
-        rows = self.query(
-            "SELECT run_dir, status, error FROM runs WHERE run_id = $k OR (spec = $k AND status IN ('succeeded', "
-            "'reused')) ORDER BY run_id = $k DESC, started_at DESC LIMIT 1".replace("$k", _sql_string(run_id_or_spec)))
-        if rows.num_rows == 0:
-            raise DcauditError(f"no run {run_id_or_spec!r} in the catalog (and no succeeded run of a spec of "
-                               "that name); `dcaudit runs` lists them")
-        status = rows.column(1)[0].as_py()
-        if status in ("failed", "skipped", "running"):  # no package was written: say so, not "damaged"
-            why = (rows.column(2)[0].as_py() or "").splitlines()[:1]
-            raise DcauditError(f"run {run_id_or_spec!r} {'is still running' if status == 'running' else status}"
-                               f"{': ' + why[0][:200] if why else ''}; it has no evidence package "
-                               "(`dcaudit runs` lists the runs that have one)")
-        return Path(rows.column(0)[0].as_py())
+        """The package directory of a run id, or of a spec name's latest run.
+
+        A spec's latest run is the latest one recorded, whatever its status: when it failed, was skipped, is
+        still running or its package is damaged, that is an error naming it and the previous run that has a
+        package (whose run id gives that one), never the previous run passed off as the latest."""
+        k = _sql_string(run_id_or_spec)
+        runs = self.query(f"SELECT run_id, run_dir, status, error, started_at FROM runs WHERE run_id = {k} OR "
+                          f"spec = {k} ORDER BY run_id = {k} DESC, started_at DESC, run_id DESC").to_pylist()
+        if not runs:
+            raise DcauditError(f"no run or spec {run_id_or_spec!r} in the catalog; `dcaudit runs` lists them")
+        latest = runs[0]
+        if latest["status"] in ("succeeded", "reused"):
+            return Path(latest["run_dir"])
+        why = (latest["error"] or "").strip().splitlines()[:1]
+        what = {"damaged": "has a damaged package", "incompatible": "has a package the catalog cannot read",
+                "running": "is still running"}.get(latest["status"], latest["status"])
+        said = f"{what}{': ' + why[0][:300] if why else ''}"
+        if latest["run_id"] == run_id_or_spec:
+            if latest["status"] in ("failed", "skipped", "running"):  # no package was written: say so
+                said += "; it has no evidence package"
+            raise DcauditError(f"run {run_id_or_spec!r} {said} (`dcaudit runs` lists the runs that have one)")
+        earlier = next((r for r in runs[1:] if r["status"] in ("succeeded", "reused")), None)
+        fix = "; re-run the spec for a fresh package" if latest["status"] in ("damaged", "incompatible") else ""
+        hint = (f"; the previous run with a package is {earlier['run_id']} (started "
+                f"{str(earlier['started_at'])[:19]}): give its run id for it" if earlier
+                else "; no earlier run of it has a package")
+        raise DcauditError(f"the latest run of spec {run_id_or_spec!r}, {latest['run_id']}, {said}{fix}{hint}")
+
+    def package_dir(self, name: str) -> Path:
+        """The evidence package ``name`` names: a package directory (no catalog is read), else a run id or a
+        spec name (:meth:`run_dir`). A directory without manifest.json is no package, and is said to be."""
+        path = Path(name)
+        if (path / "manifest.json").is_file():
+            return path
+        if path.is_dir():   # its manifest.json deleted, or never written
+            raise DcauditError(f"{name}: the directory has no manifest.json, so it is no evidence package; give a "
+                               "package directory, a run id or a spec name (`dcaudit runs` lists them)")
+        return self.run_dir(name)
 
     def diff(self, spec: str) -> RunDiff:
         """Compare the latest two succeeded runs of ``spec`` (reused rows repeat a run, so they are skipped)."""

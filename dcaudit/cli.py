@@ -316,16 +316,15 @@ def report(settings: Settings, run: str, out: Path | None, compare_to: str | Non
 
     The report is self-contained (inline SVG charts and one inline script, nothing loaded from anywhere)
     and opens offline. A damaged package file is named (its sha256 differs from the one manifest.json
-    recorded) and the exit status is 2. Prints the path of the report.
+    recorded) and the exit status is 2. A spec name whose latest run failed, is running or has a damaged
+    package is refused the same way (exit 2), with the run id of the previous run that has a package:
+    give that run id to report it. Prints the path of the report.
     """
     from dcaudit.catalog import Catalog
     from dcaudit.reports.html import write_report
 
-    def resolve(name: str) -> Path:
-        path = Path(name)
-        return path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(name)
-
-    run_dir = resolve(run)
+    catalog = Catalog(settings)   # built on first use: a package directory needs none
+    run_dir = catalog.package_dir(run)
     if out is not None:
         from dcaudit.storage import check_out_file
 
@@ -334,7 +333,10 @@ def report(settings: Settings, run: str, out: Path | None, compare_to: str | Non
     if compare_to:
         from dcaudit.reports.compare import write_comparison
 
-        other = resolve(compare_to)
+        try:
+            other = catalog.package_dir(compare_to)
+        except DcauditError as exc:   # which of the two names it is about
+            raise SpecError(f"--compare {compare_to}: {exc}") from None
         click.echo(str(write_comparison(run_dir, other, out or run_dir / f"compare-{other.name}.html")))
         return
     click.echo(str(write_report(run_dir, out)))
@@ -360,9 +362,7 @@ def export(settings: Settings, run: str, fmt: str, out: Path, force: bool) -> No
     there = [name for name in FILES if (out / name).exists()]
     if there and not force:
         raise SpecError(f"--out {out} already holds {', '.join(there)}; pass --force to replace them")
-    path = Path(run)
-    run_dir = path if (path / "manifest.json").is_file() else Catalog(settings).run_dir(run)
-    for written in export_benchcert(run_dir, out):
+    for written in export_benchcert(Catalog(settings).package_dir(run), out):
         click.echo(str(written))
 
 

@@ -18,9 +18,11 @@ import pyarrow as pa
 
 from dcaudit.errors import IntegrityError
 from dcaudit.reports import charts, explorer
+from dcaudit.reports.numbers import count
 from dcaudit.reports.package import read_manifest, verify_package
 
 MAX_ROWS = 200
+MAX_CHART_ROWS = 30   # audit rows in the chart of the certified fraction (the table has them all)
 SUMMARY_KEYS = ("audit_id", "model", "split", "fiber_rule", "min_support")
 # a fiber is the same fiber only under the same claim, evidence and rule (bin 1 of quantile:4 is not bin 1 of quantile:3)
 FIBER_KEYS = ("audit_id", "model", "split", "claim", "evidence", "fiber_rule", "evidence_key")
@@ -54,12 +56,14 @@ def _coalesced(keys: list[str]) -> str:
 def _table(table: pa.Table, total: int | None = None) -> str:
     from dcaudit.reports.html import html_table
 
-    return html_table(table, max_rows=MAX_ROWS, total=total)
+    # a comparison is computed from both packages: no one Parquet file holds its rows
+    return html_table(table, max_rows=MAX_ROWS, total=total,
+                      rest="dcaudit query over both runs' tables gives the rest")
 
 
-def _summary(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> tuple[str, list[dict]]:
+def _summary(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> tuple[str, list[dict], int]:
     if "summary" not in ca or "summary" not in cb:
-        return "<p class='note'>One of the runs has no summary table.</p>", []
+        return "<p class='note'>One of the runs has no summary table.</p>", [], 0
     keys = _keys(SUMMARY_KEYS, ca["summary"], cb["summary"])
     metrics = [m for m in ("certified_fraction", "ambiguous_fraction", "unsupported_fraction", "benchmark_only_risk",
                            "n_candidates", "n_mixed_fibers", "certified_true", "certified_false")
@@ -84,21 +88,25 @@ def _summary(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> tuple[str, l
     moved = con.sql(f"SELECT count(*) FROM ({q}) WHERE presence <> '' OR {differs}").fetchall()[0][0]
     table = table.drop_columns([c for c in table.column_names
                                 if c in keys and table.column(c).null_count == table.num_rows])
-    rows = table.slice(0, 30).to_pylist()
-    return (f"<p>{moved} of {table.num_rows} audit rows moved (a fraction, a count, the claim or the evidence "
-            "changed, or the row exists in one run only); largest changes first.</p>" + _table(table)), rows
+    rows = table.slice(0, MAX_CHART_ROWS).to_pylist()
+    return (f"<p>{moved} of {count(table.num_rows, 'audit row')} moved (a fraction, a count, the claim or the evidence "
+            "changed, or the row exists in one run only); largest changes first.</p>" + _table(table)), rows, \
+        table.num_rows
 
 
-def _chart(rows: list[dict]) -> str:
+def _chart(rows: list[dict], total: int) -> str:
+    """``rows``: the first MAX_CHART_ROWS of the ``total`` audit rows, largest changes first."""
     points = [r for r in rows if r.get("certified_fraction_a") is not None and r.get("certified_fraction_b") is not None]
     if not points:
         return ""
+    limited = (f" — {len(points)} of {count(total, 'audit row')} (the largest changes with a fraction in both runs)"
+               if len(points) < total else "")
     label = [k for k in ("audit_id", "model", "split", "fiber_rule", "min_support") if any(r.get(k) is not None
                                                                                           for r in points)]
     items = [charts.Interval(" · ".join(str(r[k]) for k in label if r.get(k) is not None),
                              r["certified_fraction_b"], min(r["certified_fraction_a"], r["certified_fraction_b"]),
                              max(r["certified_fraction_a"], r["certified_fraction_b"])) for r in points]
-    return charts.interval_chart(items, title="Certified fraction: run A to run B (dot = B; line spans A–B)",
+    return charts.interval_chart(items, title="Certified fraction: run A to run B (dot = B; line spans A–B)" + limited,
                                  x_label="certified fraction", kind="compare")
 
 
@@ -124,7 +132,8 @@ def _fibers(con: duckdb.DuckDBPyConnection, ca: dict, cb: dict) -> str:
                     f"{MAX_ROWS}").to_arrow_table()
     table = table.drop_columns([c for c in table.column_names
                                 if c in keys and table.column(c).null_count == table.num_rows])
-    return (f"<p>{total} fibers changed status (matched on {', '.join(keys)}; a fiber in one run only counts).</p>"
+    return (f"<p>{count(total, 'fiber')} changed status (matched on {', '.join(keys)}; a fiber in one run only counts)."
+            "</p>"
             + per + (_table(table, total) if total else ""))
 
 
@@ -172,12 +181,12 @@ def render_comparison(run_dir_a: Path, run_dir_b: Path) -> str:
         ca = _open(con, Path(run_dir_a), "a")
         cb = _open(con, Path(run_dir_b), "b")
         ma, mb = read_manifest(run_dir_a), read_manifest(run_dir_b)
-        summary, rows = _summary(con, ca, cb)
+        summary, rows, n_rows = _summary(con, ca, cb)
         body = ["<h2 id='runs'>Runs</h2>",
                 _kv([(label, f"{m.get('run_id')} · spec {m.get('spec')} · {m.get('started_at')} · git "
                              f"{str(m.get('git_sha') or '')[:10]} · spec sha256 {str(m.get('spec_hash') or '')[:12]}")
                      for label, m in (("A", ma), ("B", mb))]),
-                "<h2 id='summary'>Per audit</h2>", summary, _chart(rows),
+                "<h2 id='summary'>Per audit</h2>", summary, _chart(rows, n_rows),
                 "<h2 id='fibers'>Fibers that changed status</h2>", _fibers(con, ca, cb),
                 _replay(con, ca, cb), _completion(con, ca, cb)]
     finally:

@@ -9,17 +9,49 @@ import pyarrow as pa
 from pyarrow import MonthDayNano
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dcaudit.progress import StderrConsole
-from dcaudit.reports.numbers import percent_number
+from dcaudit.reports.numbers import percent_number, shown_of
 
 console = StderrConsole()
 if not console.is_terminal:  # logs and CI: wide enough that the summary table is readable
     console = StderrConsole(width=200)
 
 
+MAX_CONSOLE_ROWS = 40   # replay rows on the console (the HTML report and `dcaudit query` show them all)
+
+
+def _plain(value: object) -> Text:
+    """Text printed as it is: in a plain string rich reads ``[...]`` as markup and drops it (the audit
+    ``robust[all]`` printed as ``robust``, the header ``false (all) [p10, p90]`` as ``false (all)``)."""
+    return Text(str(value))
+
+
+def print_table(table: Table) -> None:
+    """``table`` on the console when it fits; on a console too narrow for it, where rich would cut cells
+    to ``42…`` (4297) or ``nr7-p5…``, one line per row of header-value pairs instead: every value whole."""
+    from rich.measure import Measurement
+
+    if Measurement.get(console, console.options.update_width(10**6), table).minimum <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title, style="bold")
+    columns = table.columns
+    cells = [list(c.cells) for c in columns]
+    for i in range(table.row_count):
+        label = [cells[j][i] for j, c in enumerate(columns) if c.justify == "left" and str(cells[j][i])]
+        pairs = [Text.assemble((str(c.header), "dim"), " ", cells[j][i]) for j, c in enumerate(columns)
+                 if c.justify != "left" and str(cells[j][i])]
+        console.print(Text(" · ").join(label) + Text(": ") + Text(", ").join(pairs) if label
+                      else Text(", ").join(pairs))
+    if table.caption:
+        console.print(table.caption, style="dim")
+
+
 def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
-    table = Table(title=title, show_lines=False)
+    table = Table(title=_plain(title), show_lines=False)
     cols = [("audit_id", "audit"), ("model", "model"), ("fiber_rule", "fibers by"), ("min_support", "min n"),
             ("n_candidates", "candidates"), ("n_fibers", "fibers"), ("n_mixed_fibers", "mixed"),
             ("certified_true", "cert. true"), ("certified_false", "cert. false"), ("ambiguous", "ambiguous"),
@@ -28,7 +60,7 @@ def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
     cols = [(c, h) for c, h in cols if c in summary.column_names
             and not (c == "model" and summary.column(c).null_count == summary.num_rows)]
     for _, header in cols:
-        table.add_column(header, justify="left" if header in {"audit", "model", "fibers by"} else "right")
+        table.add_column(_plain(header), justify="left" if header in {"audit", "model", "fibers by"} else "right")
     for row in summary.to_pylist():
         cells = []
         for c, _ in cols:
@@ -39,7 +71,7 @@ def summary_table(summary: pa.Table, title: str = "evidence package") -> Table:
                 cells.append(percent_number(v, decimals=2))
             else:
                 cells.append(str(v))
-        table.add_row(*cells)
+        table.add_row(*map(_plain, cells))
     return table
 
 
@@ -98,16 +130,16 @@ def _group_counts(candidates: pa.Table) -> list[tuple[object, bool, object, int]
 
 
 def print_summary(summary: pa.Table, title: str, candidates: pa.Table | None = None) -> None:
-    console.print(summary_table(summary, title))
+    print_table(summary_table(summary, title))
     order = [str(a) for a in summary.column("audit_id").to_pylist()] if "audit_id" in summary.column_names else []
     line = excluded_line(candidates, order)
     if line:
-        console.print(f"[dim]{line} (candidates.parquet: status 'excluded', excluded_reason)[/dim]")
+        console.print(Text(f"{line} (candidates.parquet: status 'excluded', excluded_reason)", style="dim"))
 
 
 def print_notes(notes: Sequence[str]) -> None:
     for note in notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(Text(str(note), style="dim"))
 
 
 def _cell(value: object) -> str:
@@ -236,7 +268,7 @@ def print_completion(completion: pa.Table, seeds: int) -> None:
     print_rows(completion_table(completion))
     probe = recommended_probe(completion, seeds)
     if probe:
-        console.print(f"recommended next probe: {probe}")
+        console.print(_plain(f"recommended next probe: {probe}"))
 
 
 def diff_table(audits: pa.Table) -> pa.Table:
@@ -298,36 +330,40 @@ def sensitivity_table(sensitivity: pa.Table) -> pa.Table:
 def replay_table(replay: pa.Table, title: str = "held-out replay (mean over seeds)") -> Table:
     """The seed-NULL rows of replay.parquet: what acting on the evidence would cost, per policy — certified
     share, false decisions (mean [p10, p90] over seeds), acquisitions as a share and a count, break-even price."""
-    table = Table(title=title)
+    table = Table(title=_plain(title))
     names = set(replay.column_names)
     show_model = "model" in names and replay.column("model").null_count < replay.num_rows
     headers = ["audit", *(["model"] if show_model else []), "policy", "certified", "false (all) [p10, p90]",
                "false (certified)", "CP bound", "acquired (share, count)", "break-even λ*"]
     for header in headers:
-        table.add_column(header, justify="left" if header in {"audit", "model", "policy"} else "right")
+        table.add_column(_plain(header), justify="left" if header in {"audit", "model", "policy"} else "right")
     means = [row for row in replay.to_pylist() if row.get("seed") is None]
-    if len(means) > 40:  # many models: the HTML report and `dcaudit query` show them all
-        table.caption = f"{len(means) - 40} more rows in replay.parquet"
-        means = means[:40]
+    caption = []
+    if len(means) > MAX_CONSOLE_ROWS:  # many models
+        caption.append(f"{shown_of(MAX_CONSOLE_ROWS, len(means), 'policy row')} shown; replay.parquet, the HTML "
+                       "report and `dcaudit query` have all")
+        means = means[:MAX_CONSOLE_ROWS]
     for row in means:
         be = row.get("break_even_price")
         spread = (f" [{_pct(row.get('false_decision_rate_p10'))}, {_pct(row.get('false_decision_rate_p90'))}]"
                   if row.get("false_decision_rate_p10") is not None else "")
         acquired = (f"{_pct(row.get('acquired_fraction'))} ({row['acquisitions']:.1f})"
                     if row.get("acquisitions") is not None else "")
-        table.add_row(str(row.get("audit_id") or ""), *([str(row.get("model") or "")] if show_model else []),
-                      str(row["policy"]), _pct(row.get("certified_fraction")),
-                      f"{_pct(row.get('false_decision_rate'))}{spread}", _pct(row.get("false_rate_certified")),
-                      _pct(row.get("risk_bound")), acquired, "" if be is None else f"{be:.4g}")
+        table.add_row(*map(_plain, (
+            str(row.get("audit_id") or ""), *([str(row.get("model") or "")] if show_model else []),
+            str(row["policy"]), _pct(row.get("certified_fraction")),
+            f"{_pct(row.get('false_decision_rate'))}{spread}", _pct(row.get("false_rate_certified")),
+            _pct(row.get("risk_bound")), acquired, "" if be is None else f"{be:.4g}")))
     n_seeds = next((r.get("n_seeds") for r in means if r.get("n_seeds")), None)
     if n_seeds:
-        table.caption = (table.caption + "; " if table.caption else "") + f"{n_seeds} seeds; acquired count = " \
-            "mean measurements per seed"
+        caption.append(f"{n_seeds} seeds; acquired count = mean measurements per seed")
+    if caption:
+        table.caption = _plain("; ".join(caption))
     return table
 
 
 def print_replay(replay: pa.Table) -> None:
-    console.print(replay_table(replay))
+    print_table(replay_table(replay))
 
 
 def findings_line(findings: pa.Table) -> str:
@@ -338,5 +374,5 @@ def findings_line(findings: pa.Table) -> str:
 
 
 def print_findings(findings: pa.Table) -> None:
-    console.print(findings_line(findings) + ("  (dcaudit query \"select * from findings\")"
-                                             if findings.num_rows else ""))
+    console.print(_plain(findings_line(findings) + ("  (dcaudit query \"select * from findings\")"
+                                                    if findings.num_rows else "")))

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from dcaudit.reports import depict
+from dcaudit.reports.numbers import count, shown_of
 from dcaudit.spec import split_names
 from dcaudit.storage import arrow_table
 
@@ -283,7 +284,8 @@ def explorer_data_deferred(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any
                             "pics": {}, "totalMixed": total_mixed, "labels": label_cols,
                             "hasKind": any("k" in f for f in out_fibers), "notes": [], "S": list(strings)}
     if max_fibers and total_mixed > len(out_fibers):
-        data["notes"].append(f"the {len(out_fibers)} largest of {total_mixed} mixed fibers are listed")
+        data["notes"].append(f"the {shown_of(len(out_fibers), total_mixed, 'mixed fiber', order='largest')} "
+                             "are listed")
     if not fibers:
         return data, _nothing
     if not pkg.has("candidates", "candidate_id", "fiber_key"):
@@ -317,7 +319,7 @@ def explorer_data_deferred(pkg: Any, *, extra_sources: Iterable[Mapping[str, Any
     total = sum(f["n"] for f in fibers)
     data["listed"], data["members"] = listed, total
     if listed < total:
-        data["notes"].append(f"{listed} of the {total} members are listed (at least {min(caps)} per fiber, a "
+        data["notes"].append(f"{listed} of the {count(total, 'member')} are listed (at least {min(caps)} per fiber, a "
                              "full first page for the largest fibers, claim-true members first; the report's member "
                              "budget is "
                              f"{member_budget / 1e6:.1f} MB); candidates.parquet has all of them: select * from "
@@ -434,7 +436,7 @@ def _place_details(data: dict, first: list[list[str]], order: Sequence[int], smi
             f["d"] = tiles
     if stopped is not None:
         data["notes"].append(f"member details (structures, images, predictions) are shown for the first page "
-                             f"of the {stopped} largest fibers (the report's picture budget is "
+                             f"of the {'largest fiber' if stopped == 1 else f'{stopped} largest fibers'} (the report's picture budget is "
                              f"{picture_budget / 1e6:.1f} MB)")
     kinds = set()
     if any(k.startswith("s:") for k in pics):
@@ -611,13 +613,13 @@ function fiberBox(i,all){var f=fib(i),a=D.audits[f.a];var box=el('section',{cls:
  var ol=el('ol',{cls:'members',start:from+1});for(var j=from;j<to;j++)ol.appendChild(member(f,m,j,j<P));
  if(!all&&pages>1){box.appendChild(pager(state.mpage,pages,function(p){state.mpage=p;draw();},'members'));}
  box.appendChild(ol);
- if(m.length<f.n)box.appendChild(el('p',{cls:'note'},m.length+' of '+f.n+' members listed here; candidates.parquet has all'));
+ if(m.length<f.n)box.appendChild(el('p',{cls:'note'},(m.length?'first '+m.length+' of ':'none of the ')+f.n+' members listed here; candidates.parquet has all'));
  return box;}
 function pager(cur,n,go,what){var d=el('div',{cls:'pager'});d.appendChild(el('span',{cls:'note'},what+' page '+(cur+1)+' of '+n+' '));
  [['«',0],['‹',cur-1],['›',cur+1],['»',n-1]].forEach(function(b){var x=el('button',{type:'button'},b[0]);
  if(b[1]<0||b[1]>=n||b[1]===cur)x.disabled=true;x.onclick=function(){go(b[1]);};d.appendChild(x);});return d;}
 function draw(){var all=location.hash==='#explorer-all'||/[?&]explorer=all/.test(location.search);root.textContent='';
- var ctl=el('div',{cls:'ctl'});var sel=el('select',{'aria-label':'audit'});sel.appendChild(el('option',{value:-1},'every audit ('+D.nf+' mixed fibers)'));
+ var ctl=el('div',{cls:'ctl'});var sel=el('select',{'aria-label':'audit'});sel.appendChild(el('option',{value:-1},'every audit ('+D.nf+(D.nf===1?' mixed fiber)':' mixed fibers)')));
  D.audits.forEach(function(a,k){var o=el('option',{value:k},a.id+' — '+a.n+' mixed');if(k===state.audit)o.selected=true;sel.appendChild(o);});
  sel.onchange=function(){state.audit=+sel.value;state.fpage=0;state.sel=-1;state.mpage=0;draw();};ctl.appendChild(sel);
  var inp=el('input',{type:'search',placeholder:'filter evidence…',value:state.filter});inp.onchange=function(){state.filter=inp.value.toLowerCase();state.fpage=0;state.sel=-1;draw();};ctl.appendChild(inp);
@@ -701,8 +703,10 @@ def section(data: dict | None) -> str:
     if data is None:
         return ""
     n = len(data["fibers"])
+    listed = (f"Every mixed fiber ({count(n, 'fiber')})" if data["totalMixed"] <= n else
+              f"The {shown_of(n, data['totalMixed'], 'mixed fiber', order='largest')}")
     parts = ["<div id='explorer-section'><h2 id='explorer'>Fiber explorer</h2>",
-             f'<p class="note">Every mixed fiber ({n}{" of " + str(data["totalMixed"]) if data["totalMixed"] > n else ""})'
+             f'<p class="note">{listed}'
              ": the candidates that share benchmark evidence but disagree on the claim. Pick a fiber to see its "
              "members (claim-true members first). Audits that differ only in min_support share their fibers; "
              "one of them is listed. Open <code>#explorer-all</code> to list every fiber with all its members "

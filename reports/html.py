@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from dcaudit import defaults
 from dcaudit.errors import IntegrityError
 from dcaudit.reports import charts, explorer
-from dcaudit.reports.numbers import number, percent_number
+from dcaudit.reports.numbers import count, number, percent_number, shown_of
 from dcaudit.reports.package import PACKAGE_TABLES, read_manifest, verify_package
 from dcaudit.storage import arrow_table
 
@@ -30,6 +30,8 @@ REPORT_NAME = "report.html"
 MAX_ROWS = 60          # rows of a table shown in the report (the Parquet file has them all)
 MAX_BARS = 40          # bars in one chart
 MAX_CHARTS = 6         # charts of one kind (e.g. one completion chart per audit)
+MAX_CELL = 80          # characters of a text cell; a longer value is cut, marked with … and kept whole in its title
+MAX_TITLE = 4000       # characters of a cut value kept in its title (a longer one says how long it is)
 REPLAY_POLICIES = (*defaults.REPLAY_POLICIES, *defaults.PRICE_AWARE_POLICIES)
 
 CSS = """
@@ -41,6 +43,7 @@ th{background:#f4f4f4;text-align:left}td.num{text-align:right;font-variant-numer
 .note{color:#555;font-size:.9em}.figs{display:flex;flex-wrap:wrap;gap:12px}
 .kpi{display:inline-block;margin:0 1.5em .5em 0}.kpi b{font-size:1.6em;display:block}
 code,pre{background:#f6f6f6;font-size:12px}pre{padding:.6em;overflow:auto;max-height:420px}
+.cut{text-decoration:underline dotted #999;cursor:help}
 .st-ambiguous{color:#b36b00}.st-certified_true,.st-certified_false{color:#00734f}.st-unsupported{color:#666}
 """
 
@@ -117,17 +120,31 @@ def _cell(column: str, value: object) -> tuple[str, bool]:
     if isinstance(value, int):
         return str(value), True
     if isinstance(value, list | tuple):
-        return escape(", ".join(str(v) for v in value)), False
+        return cut_text(", ".join(str(v) for v in value)), False
     text = str(value)
     if column == "status":
         return f'<span class="st-{escape(text)}">{escape(text)}</span>', False
-    return escape(text if len(text) <= 80 else text[:77] + "…"), False
+    return cut_text(text), False
 
 
-def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "", total: int | None = None) -> str:
-    """``total``: the table's full row count when ``table`` is already a prefix of it."""
-    shown = table.slice(0, max_rows)
-    total = table.num_rows if total is None else total
+def cut_text(text: str, limit: int = MAX_CELL) -> str:
+    """``text`` escaped for HTML; longer than ``limit``, its start marked as cut (an ellipsis, a dotted
+    underline) with the whole value in the title, so a reader sees it was cut and can read all of it."""
+    if len(text) <= limit:
+        return escape(text)
+    whole = text if len(text) <= MAX_TITLE else \
+        f"{text[:MAX_TITLE]}… (cut here: {len(text)} characters in all)"
+    return f'<span class="cut" title="{escape(whole)}">{escape(text[:limit - 1])}…</span>'
+
+
+def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "", total: int | None = None,
+               rest: str = "the Parquet file has all") -> str:
+    """``total``: the table's full row count when ``table`` is already a prefix of it; ``rest``: where a
+    reader finds the rows not shown. A table cut short says how many of how many rows it shows, and an
+    empty one says it has none."""
+    shown = table.slice(0, max(0, max_rows))
+    # never fewer in all than on the page: a miscounted total must not read as "first 0 of 1"
+    total = max(table.num_rows if total is None else total, shown.num_rows)
     head = "".join(f"<th>{escape(c)}</th>" for c in shown.column_names)
     rows = []
     for row in shown.to_pylist():
@@ -137,8 +154,10 @@ def html_table(table: pa.Table, *, max_rows: int = MAX_ROWS, caption: str = "", 
             cells.append(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = ""
-    if total > shown.num_rows:
-        more = f'<p class="note">first {shown.num_rows} of {total} rows shown; the Parquet file has all.</p>'
+    if total == 0:
+        more = '<p class="note">no rows</p>'
+    elif total > shown.num_rows:
+        more = f'<p class="note">{shown_of(shown.num_rows, total)} shown; {rest}.</p>'
     cap = f"<caption>{escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
 
@@ -185,9 +204,7 @@ def _section_summary(pkg: Package) -> str:
             f'<span class="kpi"><b>{_share(first.get("ambiguous_fraction"))}</b>ambiguous</span>'
             f'<span class="kpi"><b>{pkg.rows["summary"]}</b>audit rows</span></div>')
         bars = [charts.StackedBar(r["label"], tuple((s, r[s] or 0.0) for s in defaults.STATUSES)) for r in rows]
-        n = pkg.rows["summary"]
-        parts.append(charts.stacked_bars(bars, title="Candidates by status, per audit"
-                                      + (f" (first {len(bars)} of {n} rows)" if n > len(bars) else "")))
+        parts.append(charts.stacked_bars(bars, title="Candidates by status, per audit" + _bars_scope(pkg, len(bars))))
     cols = ("audit_id", "model", "claim", "evidence", "fiber_rule", "min_support", "n_candidates", "n_excluded",
             "n_fibers", "n_mixed_fibers", "certified_true", "certified_false", "ambiguous", "unsupported",
             "certified_fraction", "ambiguous_fraction", "mixed_fiber_fraction", "prevalence",
@@ -197,6 +214,34 @@ def _section_summary(pkg: Package) -> str:
                  "ambiguous: the fiber is mixed; unsupported: pure but smaller than min_support. "
                  "benchmark_only_risk: false decisions when each candidate gets its fiber's majority action.</p>")
     return "".join(parts)
+
+
+def _bars_scope(pkg: Package, shown: int) -> str:
+    """What the summary chart shows of the audit rows: only rows with candidates have a bar, so the count
+    is of those (a lone audit without candidates read "first 0 of 1 rows")."""
+    n = pkg.rows["summary"]
+    with_candidates = pkg.sql("SELECT count(*) FROM summary WHERE n_candidates > 0").column(0)[0].as_py()
+    if with_candidates == 0:
+        return f" ({'the audit row has no' if n == 1 else f'none of the {n} audit rows have'} candidates)"
+    if shown == n:
+        return ""
+    without = f"; {count(n - with_candidates, 'row')} without candidates" if with_candidates < n else ""
+    return f" ({shown_of(shown, with_candidates, 'audit row')} with candidates{without})"
+
+
+def _charts_note(shown: int, total: int, keys: Sequence[str] = ("audit_id",)) -> str:
+    """A note when a section draws charts for only some of its groups (MAX_CHARTS), empty otherwise: the
+    groups past the limit would otherwise just be missing."""
+    if total <= shown:
+        return ""
+    return (f'<p class="note">Charts for the {shown_of(shown, total, _group_noun(keys))}; the table below has '
+            "all of them.</p>")
+
+
+def _group_noun(keys: Sequence[str]) -> str:
+    """What one chart or bar stands for: ``audit``, ``(audit, setting) group``."""
+    names = [k.removesuffix("_id") for k in keys]
+    return names[0] if len(names) == 1 else f"({', '.join(names)}) group" if names else "group"
 
 
 def _section_fibers(pkg: Package, data: dict | None = None) -> str:
@@ -217,6 +262,7 @@ def _section_fibers(pkg: Package, data: dict | None = None) -> str:
              "the largest, split by claim value."
              + (" Audits that differ only in min_support share their fibers; one of them is shown."
                 if audits != [None] and len(audits) < n_audits else "") + "</p>"]
+    parts.append(_charts_note(min(len(audits), MAX_CHARTS), len(audits)))
     figs = []
     for audit in audits[:MAX_CHARTS]:
         where = "TRUE" if audit is None else f"audit_id = {explorer.lit(audit)}"
@@ -230,6 +276,7 @@ def _section_fibers(pkg: Package, data: dict | None = None) -> str:
                        f"{'n_true' if 'n_true' in cols else 'NULL'} AS n_true, "
                        f"{'status' if 'status' in cols else 'NULL'} AS status FROM fibers WHERE {where} "
                        f"ORDER BY {mixed_first}n DESC LIMIT 12").to_pylist()
+        n_fibers = pkg.sql(f"SELECT count(*) FROM fibers WHERE {where}").column(0)[0].as_py()
         total = max((r["n"] for r in rows), default=1) or 1
         bars = []
         for r in rows:
@@ -240,7 +287,10 @@ def _section_fibers(pkg: Package, data: dict | None = None) -> str:
                 segs = ((r["status"] or "fiber", r["n"] / total),)
                 note = str(r["n"])
             bars.append(charts.StackedBar(str(r["label"]), segs, note))
-        figs.append(charts.stacked_bars(bars, title=f"Largest fibers{name}", kind="largest-fibers", percent=False))
+        scope = shown_of(len(bars), n_fibers, "fiber", order="first")
+        figs.append(charts.stacked_bars(bars, title=f"Largest fibers{name}{', mixed first' if mixed_first else ''} "
+                                        f"({scope})",
+                                        kind="largest-fibers", percent=False))
     parts.append('<div class="figs">' + "".join(figs) + "</div>")
     share = ", n_true / n AS share_true" if "n_true" in cols else ""
     where = ("TRUE" if audits == [None] else "audit_id IN (" + ", ".join(explorer.lit(a) for a in audits) + ")")
@@ -278,6 +328,7 @@ def _section_completion(pkg: Package) -> str:
              '<p class="note">Certified fraction (held-out, mean over seeds; band p10–p90) as probes are added, '
              "per probe-selection policy. Step 0 is the benchmark evidence alone.</p>"]
     band = {"certified_fraction_p10", "certified_fraction_p90"} <= cols
+    parts.append(_charts_note(min(len(groups), MAX_CHARTS), len(groups), keys))
     for g in groups[:MAX_CHARTS]:
         where = f"{mean_rows} AND {_label_expr(pkg, 'completion', keys)} = '{g.replace(chr(39), chr(39) * 2)}'"
         rows = pkg.sql("SELECT policy, list(step ORDER BY step) AS x, list(certified_fraction ORDER BY step) AS y"
@@ -319,6 +370,7 @@ def _section_replay(pkg: Package) -> str:
              "Dot = mean over seeds, whisker = p10–p90. certify_then_acquire measures every candidate it "
              "cannot certify (acquired); break_even_price is the price per measurement, in false decisions, "
              "below which that pays off.</p>"]
+    parts.append(_charts_note(min(len(groups), MAX_CHARTS), len(groups), keys))
     for metric, title in (("false_decision_rate", "False-decision rate"), ("certified_fraction", "Certified")):
         if metric not in cols:
             continue
@@ -367,7 +419,8 @@ def _section_costs(pkg: Package) -> str:
     parts = ["<h2 id='costs'>Costs at a price</h2>",
              '<p class="note">Cost per candidate (false decisions plus price × measurements, in units of one false '
              "decision) against the price of one measurement, per policy: mean over seeds, band p10–p90. The "
-             "cheapest policy at a price is the one to act with.</p>"]
+             "cheapest policy at a price is the one to act with.</p>",
+             _charts_note(min(len(groups), MAX_CHARTS), len(groups), keys)]
     figs = []
     for g in groups[:MAX_CHARTS]:
         rows = pkg.sql("SELECT policy, list(price ORDER BY price) AS x, list(cost_per_candidate ORDER BY price) AS y"
@@ -431,6 +484,7 @@ def _section_sensitivity(pkg: Package) -> str:
         for r in rows:
             if _resolution(r["fiber_rule"]) is not None:
                 groups.setdefault((r["g"], r["kind"]), []).append(r)
+        parts.append(_charts_note(min(len(groups), 2 * MAX_CHARTS), len(groups), (*keys, "kind of rule")))
         figs = []
         for (g, kind_name), rs in list(groups.items())[: 2 * MAX_CHARTS]:
             rs.sort(key=lambda r: _resolution(r["fiber_rule"]))
@@ -466,10 +520,16 @@ def _section_choice(pkg: Package) -> str:
         rows = pkg.sql(f"SELECT {label} AS label, avg(certified_fraction) AS v, min(certified_fraction) AS lo, "
                        f"max(certified_fraction) AS hi FROM choice GROUP BY 1 ORDER BY 1 LIMIT {MAX_BARS}"
                        ).to_pylist()
-        parts.append(_interval_chart(rows, title="Certified fraction per model (mean; whisker = range)",
-                                     x_label="certified fraction"))
+        n = pkg.sql(f"SELECT count(DISTINCT {label}) FROM choice").column(0)[0].as_py()
+        parts.append(_interval_chart(rows, title="Certified fraction per model (mean; whisker = range)"
+                                     + _limited(len(rows), n, _group_noun(("model", *keys))), x_label="certified fraction"))
     parts.append(html_table(pkg.table("choice"), total=pkg.rows["choice"]))
     return "".join(parts)
+
+
+def _limited(shown: int, total: int, noun: str) -> str:
+    """`` — first 40 of 55 models`` for a chart that shows only some (MAX_BARS), empty when it shows all."""
+    return f" — {shown_of(shown, total, noun)}" if shown < total else ""
 
 
 def _interval_chart(rows: list[dict], *, title: str, x_label: str) -> str:
@@ -487,11 +547,13 @@ def _section_metrics(pkg: Package) -> str:
         keys = _present(pkg, "metrics", ("experiment", "setting", "audit_id", "metric"))
         lo = "ci_low" if "ci_low" in t.names else "NULL"
         hi = "ci_high" if "ci_high" in t.names else "NULL"
+        in_range = "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1"
         rows = pkg.sql(f"SELECT {_label_expr(pkg, 'metrics', keys)} AS label, value AS v, {lo} AS lo, {hi} AS hi "
-                       "FROM metrics WHERE value IS NOT NULL AND isfinite(value) AND value BETWEEN 0 AND 1 "
-                       f"LIMIT {MAX_BARS}").to_pylist()
+                       f"{in_range} LIMIT {MAX_BARS}").to_pylist()
         if rows:
-            parts.append(_interval_chart(rows, title="Metrics in [0, 1] (whisker = ci_low to ci_high: an interval or a spread over seeds, see the table)",
+            n = pkg.sql(f"SELECT count(*) {in_range}").column(0)[0].as_py()
+            parts.append(_interval_chart(rows, title="Metrics in [0, 1] (whisker = ci_low to ci_high: an interval or "
+                                         "a spread over seeds, see the table)" + _limited(len(rows), n, "metric row"),
                                          x_label="value"))
     parts.append(html_table(pkg.table("metrics"), total=pkg.rows["metrics"]))
     return "".join(parts)
@@ -511,6 +573,9 @@ def _kv(rows: Iterable[tuple[str, object]]) -> str:
     return f"<table>{body}</table>"
 
 
+_IN_MANIFEST = "manifest.json has all"   # provenance tables come from the manifest, not from a Parquet file
+
+
 def _section_provenance(pkg: Package) -> str:
     m = pkg.manifest
     parts = ["<h2 id='provenance'>Provenance</h2>",
@@ -521,23 +586,25 @@ def _section_provenance(pkg: Package) -> str:
     inputs = m.get("inputs") or {}
     if inputs:
         parts.append("<h3>Inputs</h3>" + html_table(arrow_table({"input": list(inputs), "sha256": list(inputs.values())}),
-                                                   max_rows=200))
+                                                   max_rows=200, rest=_IN_MANIFEST))
     sources = [r for r in (m.get("sources") or []) if isinstance(r, dict)]
     if sources:
         keys = list(dict.fromkeys(k for r in sources for k in r))
         parts.append("<h3>Sources</h3>" + html_table(arrow_table({k: [str(r.get(k, "")) for r in sources]
-                                                               for k in keys}), max_rows=200))
+                                                               for k in keys}), max_rows=200, rest=_IN_MANIFEST))
     timings = m.get("timings") or {}
     if timings:
         parts.append("<h3>Stage timings</h3>" + html_table(arrow_table({"stage": list(timings),
-                                                                     "seconds": [float(v) for v in timings.values()]})))
+                                                                     "seconds": [float(v) for v in timings.values()]}),
+                                                                     rest=_IN_MANIFEST))
     files = m.get("files") or {}
     counts = m.get("row_counts") or {}
     if files or counts:
         names = sorted(set(files) | {f"{k}.parquet" for k in counts})
         parts.append("<h3>Package files</h3>" + html_table(arrow_table({
             "file": names, "rows": [counts.get(n.removesuffix(".parquet")) for n in names],
-            "sha256": [files.get(n) for n in names]}, {"rows": "int64", "sha256": "string"}), max_rows=200))
+            "sha256": [files.get(n) for n in names]}, {"rows": "int64", "sha256": "string"}), max_rows=200,
+            rest=_IN_MANIFEST))
     notes = m.get("notes") or []
     if notes:
         parts.append("<h3>Notes</h3><ul>" + "".join(f"<li>{escape(str(n))}</li>" for n in notes) + "</ul>")

@@ -14,6 +14,7 @@ from html import escape
 import pyarrow as pa
 
 from dcaudit.reports import charts, explorer
+from dcaudit.reports.numbers import count, shown_of
 
 MAX_FIBERS = 5        # mixed fibers shown
 MAX_MEMBERS = 12      # members shown per fiber
@@ -28,6 +29,7 @@ CSS = """
 .dcaudit-view .member{border:1px solid #e2e2e2;border-radius:3px;padding:2px 4px;font-size:11px;min-width:100px}
 .dcaudit-view .member.cv1{border-color:#D55E00}.dcaudit-view .member svg{width:110px;height:82px;display:block}
 .dcaudit-view .cv1 b{color:#D55E00}.dcaudit-view .cv0 b{color:#0072B2}
+.dcaudit-view .cut{text-decoration:underline dotted #999;cursor:help}
 """
 
 SUMMARY_COLUMNS = ("audit_id", "model", "claim", "fiber_rule", "min_support", "n_candidates", "n_fibers",
@@ -41,13 +43,14 @@ def _summary(pkg) -> str:  # noqa: ANN001 - html.Package
     if not pkg.has("summary"):
         return ""
     table = _select(pkg, "summary", SUMMARY_COLUMNS)
-    return "<h4>Summary</h4>" + html_table(table, max_rows=12)
+    return "<h4>Summary</h4>" + html_table(table, max_rows=12, rest="the summary table has all")
 
 
 def _fibers(data: dict | None) -> str:
     if not data or not data["fibers"]:
         return "" if data is None else '<p class="note">No mixed fibers: the evidence decides every fiber.</p>'
-    parts = [f"<h4>Largest mixed fibers ({min(MAX_FIBERS, len(data['fibers']))} of {data['totalMixed']})</h4>"]
+    shown = min(MAX_FIBERS, len(data["fibers"]))
+    parts = [f"<h4>Mixed fibers ({shown_of(shown, data['totalMixed'], 'fiber', order='largest')})</h4>"]
     order = explorer.priority([f["n"] for f in data["fibers"]])[:MAX_FIBERS]
     for i in order:
         f = data["fibers"][i]
@@ -65,8 +68,9 @@ def _fibers(data: dict | None) -> str:
             pic = next((data["pics"][k] for k in keys if isinstance(data["pics"].get(k), str)), "")
             value = {"1": "true", "0": "false"}.get(cv, "?")
             items.append(f'<li class="member cv{cv}">{pic}<code>{escape(m)}</code> <b>{value}</b></li>')
-        more = f'<p class="note">{len(members) - MAX_MEMBERS} more listed in the package</p>' \
-            if len(members) > MAX_MEMBERS else ""
+        # the rest of the fiber, not only of the members listed: the member budget may have listed fewer
+        rest = max(f["n"], len(members)) - len(items)
+        more = f'<p class="note">{count(rest, "more member")} in the candidates table</p>' if rest > 0 else ""
         parts.append(f'<ul class="members">{"".join(items)}</ul>{more}')
     return "".join(parts)
 

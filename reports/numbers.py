@@ -22,3 +22,22 @@ def number(value: float) -> str:
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 row``, ``0 rows``, ``2 fibers``: a count and its noun, singular only for one."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def shown_of(shown: int, total: int, noun: str = "row", *, order: str = "first", plural: str | None = None) -> str:
+    """What a view shows of ``total`` things, exactly: ``all 1 row``, ``all 3 rows``, ``first 20 of 4391
+    rows`` (``order``: ``first``, ``largest``, …), ``none of the 3 rows``, ``no rows``. ``shown`` above
+    ``total`` (a caller's miscount) reads as all of them, never as more than there are."""
+    shown = max(0, min(shown, total))
+    if total <= 0:
+        return f"no {plural or noun + 's'}"
+    if shown == total:
+        return f"all {count(total, noun, plural)}"
+    if shown == 0:
+        return f"none of the {count(total, noun, plural)}"
+    return f"{order} {shown} of {count(total, noun, plural)}"

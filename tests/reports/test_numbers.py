@@ -55,7 +55,7 @@ def test_moved_counts_every_change_of_an_audit(tmp_path: Path) -> None:
             diff = _invoke(tmp_path, "runs", "--diff", "s")
             assert "1 audit row(s) moved, 0 new, 0 gone, 0 unchanged" in diff.output, diff.output
     compare = _invoke(tmp_path, "report", runs[1], "--compare", runs[2], "--out", str(tmp_path / "c.html"))
-    assert compare.exit_code == 0 and "1 of 1 audit rows moved" in (tmp_path / "c.html").read_text()
+    assert compare.exit_code == 0 and "1 of 1 audit row moved" in (tmp_path / "c.html").read_text()
 
 
 def test_names_with_commas_survive_the_package_and_the_export(tmp_path: Path) -> None:

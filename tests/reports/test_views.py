@@ -52,7 +52,7 @@ def test_notebook_fragment_has_summary_fibers_members_and_a_plot() -> None:
                        notes=["a note"], smiles=smiles)
     assert html.startswith('<div class="dcaudit-view">') and html.endswith("</div>")
     assert "<script" not in html and "toy &lt;audit&gt;" in html and "a note" in html
-    assert "Summary" in html and "Largest mixed fibers (2 of 2)" in html
+    assert "Summary" in html and "Mixed fibers (all 2 fibers)" in html
     assert "all 0" in html and "e1 = 1, others 0" in html           # evidence by name
     assert "label_noise" in html                                   # the mixed-kind split where present
     assert all(f">m0{j}<" in html for j in range(6)) and ">m10<" in html and ">m20<" not in html
@@ -82,8 +82,8 @@ def test_comparison_shows_what_moved(tmp_path: Path) -> None:
     b = write_package(tmp_path / "runs" / "rb", "rb", _tables(["ambiguous", "certified_false", "certified_false"],
                                                                n_true=[2, 0, 0], certified=0.4), {"spec": "toy"})
     html = render_comparison(a, b)
-    assert "ra → rb" in html and "1 of 1 audit rows moved" in html
-    assert "1 fibers changed status" in html and "1,0,0" in html   # the fiber that became pure
+    assert "ra → rb" in html and "1 of 1 audit row moved" in html
+    assert "1 fiber changed status" in html and "1,0,0" in html   # the fiber that became pure
     assert "30%" in html                                           # certified fraction 10% -> 40%
     assert re.search(r'data-chart="compare"', html)
     out = CliRunner().invoke(cli, ["report", str(a), "--compare", str(b)], env={"DCAUDIT_HOME": str(tmp_path)})
