@@ -221,9 +221,9 @@ def print_rows(table: pa.Table, *, as_json: bool = False, tsv: bool = False) -> 
         return
     out = Table(show_lines=False)
     for name in table.column_names:
-        out.add_column(name)
+        out.add_column(_plain(name))
     for row in table.to_pylist():
-        out.add_row(*[_cell(v) for v in row.values()])
+        out.add_row(*[_plain(_cell(v)) for v in row.values()])
     Console(width=None if sys.stdout.isatty() else 160).print(out)
 
 

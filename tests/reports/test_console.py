@@ -59,3 +59,9 @@ def test_every_output_form_writes_blobs_and_intervals_as_text(capsys: pytest.Cap
     print_rows(table)
     shown = capsys.readouterr().out
     assert "1 month 01:30:00" in shown and "MonthDayNano" not in shown and "b'" not in shown
+
+
+def test_a_table_prints_brackets_in_values_and_names_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    print_rows(duckdb.sql("SELECT 'robust[all]' AS \"audit [id]\", '[bold]x[/bold]' AS t").to_arrow_table())
+    shown = capsys.readouterr().out
+    assert "robust[all]" in shown and "audit [id]" in shown and "[bold]x[/bold]" in shown  # rich read markup
