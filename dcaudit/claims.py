@@ -293,16 +293,6 @@ def _columns(node: Node) -> Iterable[str]:
 _BOOLEAN_KINDS = {"compare", "and", "or", "not", "bool", "column"}
 
 
-def order_compared(node: Node) -> set[str]:
-    """The columns a claim compares by order (< <= > >=), directly: ``grade > 'low'``."""
-    found: set[str] = set()
-    if node.kind == "compare" and node.value in {"<", "<=", ">", ">="}:
-        found |= {c.value for c in node.children if c.kind == "column"}
-    for child in node.children:
-        found |= order_compared(child)
-    return found
-
-
 @dataclass(frozen=True)
 class Claim:
     """A validated claim: its text as written, the columns it reads and the SQL rendered from its tree."""
@@ -333,9 +323,52 @@ def value_kind(duckdb_type: str) -> str:
         return "int"
     if t == "BOOLEAN":
         return "bool"
-    if t == "VARCHAR" or t.startswith("VARCHAR("):
+    if t == "VARCHAR" or t.startswith("VARCHAR(") or t.startswith("ENUM("):
         return "text"
     return "other"
+
+
+_ENUM_VALUE = re.compile(r"'((?:[^']|'')*)'")
+
+
+def _categories(duckdb_type: str) -> list[str] | None:
+    """The categories of an ENUM type, in order (``ENUM('low', 'mid', 'high')``); None for any other type."""
+    if not str(duckdb_type).upper().startswith("ENUM("):
+        return None
+    return [v.replace("''", "'") for v in _ENUM_VALUE.findall(str(duckdb_type))]
+
+
+def _in_category_order(node: Node, sides: list[tuple[str, str]], types: Mapping[str, str], text: str,
+                       d: SqlDialect) -> tuple[str, str]:
+    """The operands of an order comparison (< <= > >=) that reads a column of ordered categories (an ENUM:
+    an ordered pandas Categorical or a polars Enum): compared in the categories' order, not alphabetically.
+    DuckDB compares an ENUM with a text literal as text, so the literal becomes a value of the column's
+    ENUM; it must be one of the categories. Two such columns must share their categories."""
+    (a, _), (b, _) = sides
+    enums = [types.get(c.value) if c.kind == "column" and _categories(types.get(c.value, "")) is not None
+             else None for c in node.children]
+    if enums == [None, None]:
+        return a, b
+    if d is not DUCKDB:
+        raise ClaimError(f"claim {text!r} compares ordered categories by order, which only the DuckDB engine does "
+                         "in category order: compare their codes (.cat.codes in pandas, .to_physical() in polars)")
+    out = [a, b]
+    for i, (child, other) in enumerate(((node.children[0], node.children[1]), (node.children[1], node.children[0]))):
+        enum = enums[1 - i]
+        if enum is None or enums[i] is not None:
+            continue
+        categories = _categories(enum) or []
+        if child.kind != "string":
+            raise ClaimError(f"claim {text!r} compares {other.value!r}, ordered categories ({', '.join(categories)}), "
+                             f"by order with {_describe(child, 'other')}: compare it with one of its categories")
+        if child.value not in categories:
+            raise ClaimError(f"claim {text!r}: {child.value!r} is not one of the categories of {other.value!r} "
+                             f"({', '.join(categories)}), so it has no place in their order")
+        out[i] = f"CAST({d.string(child.value)} AS {enum})"
+    if enums[0] is not None and enums[1] is not None and enums[0] != enums[1]:
+        raise ClaimError(f"claim {text!r} compares ordered categories of {node.children[0].value!r} and "
+                         f"{node.children[1].value!r}, which differ: there is no one order to compare them in")
+    return out[0], out[1]
 
 
 _NUMERIC = {"float", "int", "number"}
@@ -439,6 +472,8 @@ def _typed(node: Node, types: Mapping[str, str], text: str, d: SqlDialect = DUCK
             a = f"CAST({a} AS INTEGER)"
         elif kb == "bool" and ka in _NUMERIC:
             b = f"CAST({b} AS INTEGER)"
+        elif node.value in {"<", "<=", ">", ">="}:
+            a, b = _in_category_order(node, parts, types, text, d)
         return f"({a} {node.value} {b})", "bool"
     if k in {"and", "or", "not"}:
         for child, (_, kind) in zip(node.children, parts, strict=True):

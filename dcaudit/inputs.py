@@ -21,7 +21,6 @@ so that any message DuckDB produces about it names the user's data, not an inter
 from __future__ import annotations
 
 import csv
-import dataclasses
 import gzip
 import hashlib
 import io
@@ -57,9 +56,6 @@ class RegisteredInput:
     types: Mapping[str, str] = field(default_factory=dict)  # column -> DuckDB type
     n_rows: int = 0
     has_row: bool = True           # False for Parquet globs (no single data-row numbering)
-    # columns of ordered categories (an ordered pandas Categorical, a polars Enum): DuckDB compares their
-    # values as text, so a claim's < or > on one reads alphabetical order, not the categories' order
-    ordered: tuple[str, ...] = ()
 
 
 def view_name(label: str) -> str:
@@ -145,10 +141,33 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     view = view_name(name)
     con.register(f"_arrow_{_safe(name)}", table)
     select = refusing_view(f"SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}", refused, name)
-    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
-    described = _described(con, view, name, has_row=isinstance(table, pa.Table))
-    ordered = tuple(f.name for f in table.schema if pa.types.is_dictionary(f.type) and f.type.ordered)
-    return dataclasses.replace(described, ordered=ordered) if ordered else described
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {_ordered_as_enum(select, table)}")
+    return _described(con, view, name, has_row=isinstance(table, pa.Table))
+
+
+def _ordered_as_enum(select: str, table: pa.Table | object) -> str:
+    """``select`` with each column of ordered text categories (an ordered pandas Categorical, a polars Enum)
+    as a DuckDB ENUM of its categories, in their order: DuckDB reads such a column as plain text, so a claim's
+    ``grade > 'low'`` would follow alphabetical order ('high' < 'low'); over the ENUM the claim compiler
+    compares in category order (:func:`dcaudit.claims.claim_sql`). Only an in-memory table has the
+    categories at hand (each chunk's dictionary); chunks with different dictionaries keep the text."""
+    if not isinstance(table, pa.Table):
+        return select
+    enums = []
+    for f in table.schema:
+        if not (pa.types.is_dictionary(f.type) and f.type.ordered
+                and (pa.types.is_string(f.type.value_type) or pa.types.is_large_string(f.type.value_type))):
+            continue
+        chunks = table.column(f.name).chunks
+        categories = chunks[0].dictionary if chunks else pa.array([], pa.string())
+        if not all(c.dictionary.equals(categories) for c in chunks[1:]) or categories.null_count:
+            continue
+        values = categories.to_pylist()
+        if not values or len(set(values)) != len(values):   # DuckDB refuses an empty or repeated ENUM
+            continue
+        enum = "ENUM(" + ", ".join(quote_string(v) for v in values) + ")"
+        enums.append(f"CAST({quote_identifier(f.name)} AS {enum}) AS {quote_identifier(f.name)}")
+    return f"SELECT * REPLACE ({', '.join(enums)}) FROM ({select})" if enums else select
 
 
 def _duckdb_readable(table: pa.Table, label: str) -> tuple[pa.Table, dict[str, tuple[str, str]]]:

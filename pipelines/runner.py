@@ -44,7 +44,6 @@ import dcaudit
 from dcaudit import defaults, findings
 from dcaudit.audits.fibers import AuditLabels, FiberAudit, audit_fibers
 from dcaudit.catalog import Catalog, file_lock
-from dcaudit.claims import order_compared
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
@@ -667,11 +666,6 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
                                "id column there" if unset else "")
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
-        for task in spec.audits:
-            for column in sorted(order_compared(task.claim.tree) & set(user.ordered)):
-                notes.append(f"{task.audit_id}: the claim compares {column!r} by order, a column of ordered categories: "
-                             "its values are compared as text, so < and > follow alphabetical order, not the categories'; "
-                             "for that order give the category codes (.cat.codes in pandas, .to_physical() in polars)")
     else:
         first = next(iter(prepared.tables), None)  # audits without a table read it: never skipped
         for name, path in prepared.tables.items():

@@ -907,16 +907,30 @@ def test_claim_arithmetic_reads_narrow_integers_as_their_values(pairs: list[tupl
         assert result.arrow("candidates").column("claim_value").to_pylist() == expected, kind
 
 
-def test_notes_for_an_order_claim_on_ordered_categories_and_a_dropped_pandas_index() -> None:
+def test_an_order_claim_on_ordered_categories_follows_their_order_and_a_dropped_index_is_noted() -> None:
+    """Compared as text, 'high' > 'low' was false: the claim was silently wrong, with only a note."""
     import pandas as pd
+    import polars as pl
+
+    from dcaudit.errors import ClaimError
 
     grade = pd.Categorical(["low", "high", "high", "mid"], categories=["low", "mid", "high"], ordered=True)
     frame = pd.DataFrame({"e": [1, 1, 2, 2], "grade": grade}, index=pd.Index(["m1", "m2", "m3", "m4"], name="mol"))
     ordered = dcaudit.audit(frame, evidence="e", claim="grade > 'low'")
-    assert any("'grade' by order" in n for n in ordered.notes)
+    assert ordered.candidates["claim_value"].to_list() == [False, True, True, True]
     assert any("index 'mol' is not read" in n for n in ordered.notes)
+    enum = pl.from_pandas(frame).with_columns(pl.col("grade").cast(pl.Enum(["low", "mid", "high"])))
+    assert dcaudit.audit(enum, evidence="e", claim="'mid' <= grade").candidates["claim_value"].to_list() == \
+        [False, True, True, True]
+    assert dcaudit.audit(frame, evidence="e", claim="grade = 'high'").candidates["claim_value"].to_list() == \
+        [False, True, True, False]
+    with pytest.raises(ClaimError, match="'zzz' is not one of the categories of 'grade' \\(low, mid, high\\)"):
+        dcaudit.audit(frame, evidence="e", claim="grade > 'zzz'")
+    unordered = frame.assign(grade=frame.grade.cat.as_unordered())   # no order: text, as before
+    assert dcaudit.audit(unordered, evidence="e", claim="grade > 'low'").candidates["claim_value"].to_list() == \
+        [False, False, False, True]   # alphabetically only 'mid' > 'low'
     plain = dcaudit.audit(frame.reset_index(), evidence="e", claim="grade = 'low'", id="mol")
-    assert not any("by order" in n or "index" in n for n in plain.notes)
+    assert not any("index" in n for n in plain.notes)
 
 
 def test_excluded_reasons_with_equal_counts_come_in_one_order() -> None:
