@@ -58,7 +58,7 @@ from dcaudit.claims import Claim, check_columns, parse_claim, sql_literal, value
 from dcaudit.engine import machine_limit
 from dcaudit.errors import InputError, SpecError
 from dcaudit.inputs import ROW, duckdb_message, label_of
-from dcaudit.spec import AuditTask, check_keys, coerce_field, name_list, typed_fields
+from dcaudit.spec import AuditTask, check_keys, coerce_field, name_list, split_names, typed_fields
 from dcaudit.stage import StageContext, StageTables
 
 POLICIES = defaults.COMPLETION_POLICIES
@@ -125,8 +125,8 @@ class CompletionConfig:
             raise SpecError(f"completion: seed_offset must lie within ±{defaults.MAX_SEED_OFFSET}, got {self.seed_offset}")
         if len(set(self.probes)) != len(self.probes):
             raise SpecError(f"completion: probes repeat: {', '.join(self.probes)}")
-        if len(self.probes) > 62:
-            raise SpecError("completion: at most 62 probes (probe sets are kept as 64-bit masks)")
+        if len(self.probes) > defaults.MAX_PROBES:
+            raise SpecError(f"completion: at most {defaults.MAX_PROBES} probes (probe sets are kept as 64-bit masks)")
         if not 1 <= self.seeds <= defaults.MAX_SEEDS:
             raise SpecError(f"completion: seeds must be from 1 to {defaults.MAX_SEEDS}, got {self.seeds}")
         splits.check_calibration_fraction(self.calibration_fraction, "completion")
@@ -153,12 +153,15 @@ class CompletionConfig:
         if priced and set(priced) != set(self.probes):
             raise SpecError(f"completion: costs must price every probe; missing "
                             f"{[p for p in self.probes if p not in priced]}")
-        bad = [f"{p} = {c!r}" for p, c in priced.items() if not (isinstance(c, int | float) and c > 0
-                                                                and c < float("inf"))]
+        bad = [f"{p} = {c!r}" for p, c in priced.items() if not (isinstance(c, int | float) and not isinstance(c, bool)
+                                                                and 0 < c <= defaults.MAX_COST)]
         if bad:
-            raise SpecError(f"completion: a probe's cost must be a positive number; got {', '.join(bad)}")
-        if self.budget is not None and not (self.budget > 0 and self.budget < float("inf")):
-            raise SpecError(f"completion: budget must be a positive number (as --budget), got {self.budget!r}")
+            raise SpecError(f"completion: a probe's cost must be a number above 0 and at most {defaults.MAX_COST:g}; "
+                            f"got {', '.join(bad)}")
+        if self.budget is not None and not (isinstance(self.budget, int | float) and not isinstance(self.budget, bool)
+                                            and 0 < self.budget <= defaults.MAX_BUDGET):
+            raise SpecError(f"completion: budget must be a number above 0 and at most {defaults.MAX_BUDGET:g} (every "
+                            f"probe at the largest cost, {defaults.MAX_COST:g}), got {self.budget!r}")
 
     def cost_of(self, probe: str) -> float:
         return float(dict(self.costs).get(probe, 1.0))
@@ -673,11 +676,21 @@ def parse_costs(value: object, origin: str = "[completion] costs") -> tuple[tupl
                 out.append((probe, float(price)))
             except ValueError:
                 raise SpecError(f"{origin}: the price of {probe!r} must be a number, got {price.strip()!r}") from None
+        if not out:
+            raise _no_prices(origin)
         return tuple(out)
     if not isinstance(value, dict):
         raise SpecError(f"{origin} must map probe names to prices, e.g. {{ \"SR-MMP\" = 2.0 }}")
+    if not value:
+        raise _no_prices(origin)
     # a spec's values are typed: true or "2" is no price (as seeds = true is no number of seeds)
     return tuple((str(probe), coerce_field(value, probe, float, origin, what="the price of ")) for probe in value)
+
+
+def _no_prices(origin: str) -> SpecError:
+    """An empty price list would silently mean unit costs (as an empty list of names would mean none)."""
+    return SpecError(f"{origin} is empty: give every probe a price (probe=price, …), or leave costs out for a "
+                     "cost of 1 per probe")
 
 
 @dataclass(frozen=True)
@@ -706,8 +719,12 @@ def parse_completion_section(raw: object, audits: Sequence[AuditTask]) -> Comple
     if audit_id is not None and audit_id not in by_id:
         raise SpecError(f"[completion] audit = {audit_id!r}: no such audit; the spec has {sorted(by_id)}")
     task = by_id[audit_id] if audit_id is not None else audits[0]
-    if "probes" not in section:
-        raise SpecError("[completion] needs probes = [\"column\", …]")
+    # probes have no default: name_list's "or leave it out for the default" would send the user in a circle
+    probes = section.get("probes")
+    if probes is None or (isinstance(probes, str | list | tuple) and
+                          not (split_names(probes) if isinstance(probes, str) else probes)):
+        raise SpecError("[completion] needs probes = [\"column\", …]: the columns that could be measured next "
+                        "(there is no default)")
     evidence = task.evidence
     if "evidence" in section or "fiber_rule" in section:
         cols = name_list(section["evidence"], "[completion] evidence") if "evidence" in section else evidence.columns

@@ -21,8 +21,9 @@ seeds, models and candidates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +156,31 @@ def _metrics_table(rows: list[dict]) -> pa.Table:
                     schema=METRIC_SCHEMA)
 
 
+# Seeds computed at once. The batched arrays hold ~0.2 MB per seed, so the largest seed count the CLI accepts
+# (defaults.MAX_SEEDS) would need ~20 GB in one batch; in chunks a run needs a few hundred MB whatever its
+# seed count. Each seed's numbers are the same in any chunk (its own stream, per-matrix linear algebra).
+SEED_CHUNK = 1000
+_Runs = TypeVar("_Runs")
+
+
+def _seed_chunks(n: int) -> Iterator[np.ndarray]:
+    """Seed indices 0 … n-1 in chunks of at most SEED_CHUNK."""
+    for start in range(0, n, SEED_CHUNK):
+        yield np.arange(start, min(start + SEED_CHUNK, n))
+
+
+def _concat_runs(parts: list[_Runs]) -> _Runs:
+    """Per-chunk results as one: array fields (and dicts of arrays) joined along the seed axis, others kept."""
+    def join(values: list) -> object:
+        if isinstance(values[0], np.ndarray):
+            return np.concatenate(values)
+        if isinstance(values[0], dict):
+            return {k: np.concatenate([v[k] for v in values]) for k in values[0]}
+        return values[0]
+    first = parts[0]
+    return type(first)(**{f.name: join([getattr(p, f.name) for p in parts]) for f in fields(first)})  # type: ignore[arg-type]
+
+
 def _stack(seeds: Sequence[int] | np.ndarray, draw: Callable[[np.random.Generator], tuple[np.ndarray, ...]]) -> list[np.ndarray]:
     """Per-seed draws (each seed its own default_rng stream) stacked along a leading seed axis."""
     per_seed = [draw(np.random.default_rng(int(s))) for s in seeds]
@@ -195,7 +221,11 @@ def conformal_runs(cfg: ConformalConfig) -> ConformalRuns:
     coverage on benchmark test labels (benchmark) and on deployment test labels (transfer);
     deployment-calibrated q_d (oracle); and ŷ_d ± R·g with no calibration at all (response rank).
     """
-    seeds = np.arange(cfg.seeds)
+    return _concat_runs([_conformal_chunk(cfg, seeds) for seeds in _seed_chunks(cfg.seeds)])
+
+
+def _conformal_chunk(cfg: ConformalConfig, seeds: np.ndarray) -> ConformalRuns:
+    """:func:`conformal_runs` for the seed indices ``seeds``."""
     high = high_residual_probes(cfg.d)
     n = cfg.n_train + cfg.n_cal + cfg.n_test
     (bench,) = _stack(cfg.geometry_seed + seeds, lambda rng: (benchmark_probes(rng, cfg.d),))
@@ -283,12 +313,17 @@ def leaderboard_runs(cfg: LeaderboardConfig, setting: str) -> LeaderboardRuns:
     """
     if setting not in ("structured", "null"):
         raise ValueError(f"setting must be 'structured' or 'null', not {setting!r}")
-    n_models, d = len(cfg.span_ranks), cfg.d
+    n_models = len(cfg.span_ranks)
     noise = np.array(cfg.structured_noise if setting == "structured" else [cfg.null_noise] * n_models)
     if noise.size != n_models:
         raise ValueError("structured_noise needs one level per span rank")
+    return _concat_runs([_leaderboard_chunk(cfg, setting, noise, seeds) for seeds in _seed_chunks(cfg.seeds)])
+
+
+def _leaderboard_chunk(cfg: LeaderboardConfig, setting: str, noise: np.ndarray, seeds: np.ndarray) -> LeaderboardRuns:
+    """:func:`leaderboard_runs` for the seed indices ``seeds``."""
+    n_models, d = len(cfg.span_ranks), cfg.d
     base = cfg.structured_seed if setting == "structured" else cfg.null_seed
-    seeds = np.arange(cfg.seeds)
     eye = np.eye(d)
     max_rank = max(cfg.span_ranks)
 
@@ -551,11 +586,17 @@ def acquisition_runs(cfg: AcquisitionConfig) -> AcquisitionRuns:
     geo = acquisition_geometry(cfg)
     orders = {p: greedy_order(p, geo.bench, geo.deploy, geo.pool, cfg.steps) for p in POLICIES if p != "random"}
     seeds = cfg.random_seed + np.arange(cfg.random_trials)
-    (random_orders,) = _stack(seeds, lambda rng: (rng.permutation(len(geo.pool))[: cfg.steps],))
     g_max = {p: max_residual_path(geo.bench, geo.deploy, geo.pool, o[None])[0] for p, o in orders.items()}
-    g_max["random"] = max_residual_path(geo.bench, geo.deploy, geo.pool, random_orders)
     certified = {p: certified_fraction(geo.y_hat, geo.radius, g, cfg.tau) for p, g in g_max.items()}
-    return AcquisitionRuns(orders, g_max, certified, random_orders, seeds, geo)
+    random_orders, g_random, certified_random = [], [], []
+    for chunk in _seed_chunks(cfg.random_trials):   # (trials, steps, candidates) at once would not fit
+        (chunk_orders,) = _stack(seeds[chunk], lambda rng: (rng.permutation(len(geo.pool))[: cfg.steps],))
+        g = max_residual_path(geo.bench, geo.deploy, geo.pool, chunk_orders)
+        random_orders.append(chunk_orders)
+        g_random.append(g)
+        certified_random.append(certified_fraction(geo.y_hat, geo.radius, g, cfg.tau))
+    g_max["random"], certified["random"] = np.concatenate(g_random), np.concatenate(certified_random)
+    return AcquisitionRuns(orders, g_max, certified, np.concatenate(random_orders), seeds, geo)
 
 
 def _completion_table(runs: AcquisitionRuns, cfg: AcquisitionConfig) -> pa.Table:

@@ -14,6 +14,9 @@ For each of S seeds the candidates are split into calibration and test by a hash
   epsilon" — so the probability that *any* certified fiber's error rate exceeds epsilon is at most
   α (per seed; for windows per model × seed). See :mod:`dcaudit.audits.price`.
 
+A split that leaves either half without a candidate, at any seed (and, for windows, any model), is an
+input error before anything is certified (:func:`check_both_halves`, as the completion stage words it).
+
 Fibers unseen in calibration, below support or mixed are ambiguous. The test half is then decided
 under four policies (names as in docs/package.md):
 
@@ -361,11 +364,38 @@ def _with_pooled(values: np.ndarray) -> np.ndarray:
 
 
 def _nanmean(values: np.ndarray) -> np.ndarray:
-    """Mean over the last axis ignoring NaN; NaN where nothing is defined."""
+    """Mean over the last axis ignoring NaN; NaN where nothing is defined.
+
+    Taken as ``first + mean(v − first)`` on values scaled by a power of two: the plain sum overflows for
+    widths near 1e308 (a tolerance of 1e308 had the mean inf) and rounds a constant (three seeds of 0.1
+    summed and divided are 0.10000000000000002). Scaling by a power of two is exact, the scaled values and
+    their differences stay within ±4, so nothing overflows, and a constant's deviations are all 0: its mean
+    is that constant. A row holding ±inf keeps the plain mean's ±inf (NaN for both signs).
+    """
+    if values.shape[-1] == 0:
+        return np.full(values.shape[:-1], np.nan)
+    # rows contiguous: numpy sums a strided last axis in another order, so a seed's mean would depend on
+    # how many seeds were computed beside it (the mae's (seed, candidate) blocks are transposed views)
+    values = np.ascontiguousarray(values, dtype=float)
     valid = ~np.isnan(values)
     count = valid.sum(axis=-1)
-    total = np.where(valid, values, 0.0).sum(axis=-1)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    finite = valid & np.isfinite(values)
+    # 2^e > |v| / 2 for every finite v of the row (frexp: |v| < 2^e', and 2^e' itself overflows at
+    # 1.8e308), never below 2^0: small values cannot overflow
+    top = np.where(finite, np.abs(values), 0.0).max(axis=-1)
+    scale = np.ldexp(1.0, np.maximum(np.frexp(top)[1] - 1, 0))[..., None]
+    scaled = np.where(finite, values, 0.0) / scale
+    first = np.take_along_axis(scaled, np.argmax(finite, axis=-1)[..., None], axis=-1)
+    deviation = np.where(finite, scaled - first, 0.0).sum(axis=-1)
+    mean = (first[..., 0] + deviation / np.maximum(finite.sum(axis=-1), 1)) * scale[..., 0]
+    # the mean lies within the values: rounding must not carry it past the largest (inf beyond 1.8e308)
+    low = np.where(finite, values, np.inf).min(axis=-1)
+    high = np.where(finite, values, -np.inf).max(axis=-1)
+    mean = np.clip(mean, np.minimum(low, high), high)
+    infinite = valid & ~finite
+    with np.errstate(invalid="ignore"):  # inf + (−inf): NaN, as the plain sum gives
+        signed = np.where(infinite, values, 0.0).sum(axis=-1)
+    return np.where(count == 0, np.nan, np.where(infinite.any(axis=-1), signed, mean))
 
 
 def _nanquantile(values: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
@@ -629,12 +659,39 @@ def fiber_replays(
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
     kept = {k: np.asarray(v)[~excluded] for k, v in counts.items()}
+    # per seed, from the engine's counts: one check for the numpy, SQL and Spark split passes alike
+    seed_index, n = np.asarray(kept["seed_index"], dtype=np.int64), np.asarray(kept["n"], dtype=np.int64)
+    n_seeds = int(configs[0].seeds)
+    check_both_halves(np.bincount(seed_index, weights=np.where(np.asarray(kept["cal"], dtype=bool), n, 0),
+                                  minlength=n_seeds), np.bincount(seed_index, weights=n, minlength=n_seeds),
+                      int(configs[0].seed_offset), file=ev.label or label_of(relation))
     out = []
     for config in configs:
         ps = _fiber_outcomes(kept, config, labels.model)
         out.append(ReplayResult(_replay_table(ps, config, names, pooled=False),
                                 _costs(ps, config, names, pooled=False)))
     return out
+
+
+def check_both_halves(n_cal: np.ndarray, n_all: np.ndarray, first_seed: int, *, file: str,
+                      models: Sequence[str | None] | None = None) -> None:
+    """An InputError naming the first seed (and model) whose split leaves calibration or test without a
+    candidate, as the completion stage does: every certification then rests on an empty half (no fiber
+    seen: the fiber majority "certifies" everyone from nothing) or every held-out number is undefined.
+
+    ``n_cal`` / ``n_all``: calibration members and complete cases per group, groups ``model · seeds + seed``
+    (``models`` names them; None: one group per seed). One vectorised test over the groups, no loop."""
+    n_cal, n_all = np.asarray(n_cal, dtype=np.int64), np.asarray(n_all, dtype=np.int64)
+    short = (n_cal == 0) | (n_cal == n_all)
+    if not short.any():
+        return
+    g = int(np.argmax(short))
+    n_seeds = len(short) // max(1, len(models)) if models is not None else len(short)
+    where = f"seed {first_seed + g % n_seeds}"
+    if models is not None and models[g // n_seeds] is not None:
+        where += f", model {models[g // n_seeds]!r}"
+    raise InputError(f"{where}: the {n_all[g]} complete cases give {n_cal[g]} calibration and "
+                     f"{n_all[g] - n_cal[g]} test candidates; both splits need candidates", file=file)
 
 
 def fiber_split_counts(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, design: SplitDesign) -> dict[str, np.ndarray]:
@@ -1068,20 +1125,16 @@ def _chunked_windows(x: np.ndarray, model: np.ndarray, y: np.ndarray, is_cal: np
     return n_cal.ravel(), t_cal.ravel(), {k: v.reshape(*v.shape[:-2], n_models * n_seeds) for k, v in out.items()}
 
 
-def _per_model(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Column sums of a (candidate, seed) matrix over each model's block of rows -> (model, seed)."""
-    return np.add.reduceat(values, starts, axis=0)
-
-
 def _group_tolerance(con: duckdb.DuckDBPyConnection, tol: Tolerance, error: np.ndarray, has_ref: np.ndarray,
                      is_cal: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-group tolerance and whether it is defined (not NULL), from the calibration errors.
 
     ``is_cal`` is the (candidate, seed) matrix, its rows in one block per model from ``starts``; groups
     are (model, seed), model-major. ``error`` holds |x − reference| per candidate; candidates without a
-    reference (``has_ref`` false) are left out, as SQL aggregates leave out NULL (a NaN evidence value
-    with a reference stays in and makes the width NaN, as before). ``mae`` is the mean (column sums:
-    deterministic, where DuckDB's parallel ``avg`` may differ in the last bit from run to run); ``qNN``
+    reference (``has_ref`` false) are left out, as SQL aggregates leave out NULL (a NaN error with a
+    reference stays in and makes the width NaN, as before). ``mae`` is the mean (:func:`_nanmean`: exact
+    for a constant, no overflow; deterministic, where DuckDB's parallel ``avg`` may differ in the last bit
+    from run to run); ``qNN``
     is DuckDB's ``quantile_cont`` over the same rows, so percentiles are interpolated exactly as before
     (DuckDB's double interpolation is compiled with a fused multiply-add numpy cannot reproduce).
     """
@@ -1095,10 +1148,16 @@ def _group_tolerance(con: duckdb.DuckDBPyConnection, tol: Tolerance, error: np.n
     count = np.concatenate([used[a:b].sum(axis=0, dtype=np.int64) for a, b in blocks])
     defined = count > 0
     if tol.kind == "mae":
-        # the same sums as reducing the whole matrix model block by model block (np.add.reduceat)
-        total = np.concatenate([_per_model(np.where(used[a:b], error[a:b, None], 0.0), np.zeros(1, dtype=np.int64))[0]
-                                for a, b in blocks])
-        return np.where(defined, total / np.maximum(count, 1), np.nan), defined
+        # the overflow-free mean of _nanmean (a plain sum of errors near 1e308 is inf), a block of seeds at a
+        # time; NaN marks the rows a group leaves out, so an error that is itself NaN makes the width NaN here
+        means = []
+        for a, b in blocks:
+            step = max(1, _BLOCK_BYTES // (8 * max(1, b - a)))
+            for s0 in range(0, n_seeds, step):
+                part = used[a:b, s0:s0 + step]
+                mean = _nanmean(np.where(part, error[a:b, None], np.nan).T)
+                means.append(np.where((part & np.isnan(error[a:b, None])).any(axis=0), np.nan, mean))
+        return np.where(defined, np.concatenate(means), np.nan), defined
     model = np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, n_rows)))
     group = model[:, None] * np.int32(n_seeds) + np.arange(n_seeds, dtype=np.int32)[None, :]
     name = f"_rw_errors_{next(_counter)}"
@@ -1254,6 +1313,10 @@ def window_replay(
     else:  # pragma: no cover - a DuckDB whose hash _split_hashes does not reproduce
         is_cal = np.array([np.asarray(c, dtype=bool) for c in data["c"]], dtype=bool).reshape(n_rows, n_seeds)
     del data, r
+    # per (model, seed) before any window is counted: a half without candidates is bad input
+    sizes = np.diff(np.append(starts, n_rows))
+    check_both_halves(np.add.reduceat(is_cal, starts, axis=0, dtype=np.int64).ravel(), np.repeat(sizes, n_seeds),
+                      int(config.seed_offset), file=label_of(relation), models=model_names)
     # groups g = model index × seeds + seed index: the order of the per-seed output rows
     tolerance, defined = _group_tolerance(con, window.tolerance, error, has_ref, is_cal, starts)
     del error, has_ref

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -56,7 +57,7 @@ from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
 from dcaudit.claims import sql_literal
 from dcaudit.errors import SpecError
-from dcaudit.spec import check_keys
+from dcaudit.spec import check_keys, check_not_blank, check_support, name_list, typed_fields
 
 CLAIM = "robust = true"
 EVIDENCE = "predicted,clean_correct,confidence_decile"
@@ -305,6 +306,9 @@ _METRIC_SCHEMA = pa.schema([
 ])
 
 
+_BOOTSTRAP_BLOCK = 1 << 22  # resampled grid cells per block of draws (32 MB of doubles)
+
+
 def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: int, min_support: int) -> list[dict]:
     """Median ambiguous fraction with a percentile interval from resampling whole splits.
 
@@ -325,7 +329,11 @@ def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: i
         grid = np.full((len(splits), len(models)), np.nan)
         grid[np.searchsorted(splits, split[sel]), np.searchsorted(models, model[sel])] = amb[sel]
         draws = rng.integers(0, len(splits), size=(bootstrap, len(splits)))
-        meds = np.nanmedian(grid[draws].reshape(bootstrap, -1), axis=1)
+        # the medians a block of draws at a time: the resampled grids of every draw at once would need
+        # bootstrap × splits × models doubles (10,000 × 1,000 × 8: 640 MB); the draws, hence the numbers, are the same
+        step = max(1, _BOOTSTRAP_BLOCK // grid.size)
+        meds = np.concatenate([np.nanmedian(grid[draws[b:b + step]].reshape(len(draws[b:b + step]), -1), axis=1)
+                               for b in range(0, bootstrap, step)])
         lo, hi = np.percentile(meds, [2.5, 97.5])
         rows.append(_metric_row(source, str(audit_id), "median_ambiguous_fraction_bootstrap",
                                 float(np.nanmedian(grid)), float(lo), float(hi), min_support))
@@ -337,11 +345,18 @@ def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: i
 SOURCE_NAMES = {"digits": "vision-digits", "mnist-c": "vision-mnist-c"}
 _SECTION_KEYS = {"suites", "confidence_bins", "min_support", "clean", "conditions", "candidates", "bootstrap",
                  "model_order"}
+_NAME_KEYS = ("suites", "conditions", "model_order")  # lists of names (or one comma-separated string)
+# each bin is one quantile in the evidence SQL: beyond this the query text alone grows without bound, and
+# qcut drops bins that hold no distinct confidence anyway
+MAX_CONFIDENCE_BINS = 1000
+# resamples of splits: 10,000 pin the 95 % percentile interval far below its own width (the paper uses 1,000),
+# and their draws (resamples × splits integers) stay small even at the protocol's 1,000 splits
+MAX_BOOTSTRAP = 10_000
 
 
 @dataclass(frozen=True)
 class VisionConfig:
-    """The ``[vision]`` section of a spec."""
+    """The ``[vision]`` section of a spec; every value checked on construction."""
 
     suites: tuple[str, ...] = ("all", "severity", "each")
     confidence_bins: int = 10
@@ -349,25 +364,36 @@ class VisionConfig:
     clean: str = "clean"
     conditions: tuple[str, ...] | None = None   # declared corruption names (a user's table is checked against them)
     candidates: bool = True
-    bootstrap: int = 1000
+    bootstrap: int = 1000   # 0: no bootstrap interval
     model_order: tuple[str, ...] | None = None
 
+    def __post_init__(self) -> None:
+        where = "[vision]"
+        bad = [k for k in self.suites if k not in SUITE_KINDS]
+        if bad or not self.suites:
+            raise SpecError(f"{where} suites = {list(self.suites)}: choose from {', '.join(SUITE_KINDS)}")
+        if not 2 <= self.confidence_bins <= MAX_CONFIDENCE_BINS:
+            raise SpecError(f"{where}: confidence_bins must be from 2 to {MAX_CONFIDENCE_BINS}, "
+                            f"got {self.confidence_bins}")
+        check_support(self.min_support, where)
+        if not 0 <= self.bootstrap <= MAX_BOOTSTRAP:
+            raise SpecError(f"{where}: bootstrap must be from 0 (no interval) to {MAX_BOOTSTRAP}, got {self.bootstrap}")
+        check_not_blank(self.clean, f"{where} clean")
+        if self.conditions is not None and self.clean in self.conditions:
+            raise SpecError(f"{where}: conditions declares the corruptions; {self.clean!r} is the clean condition "
+                            "(clean = ...), leave it out of them")
+
     @classmethod
-    def from_section(cls, section: dict) -> VisionConfig:
-        check_keys(section, _SECTION_KEYS, "[vision]")
-        suites = section.get("suites", cls.suites)
-        suites = (suites,) if isinstance(suites, str) else tuple(suites)
-        conditions = section.get("conditions")
-        order = section.get("model_order")
-        cfg = cls(suites=suites, confidence_bins=int(section.get("confidence_bins", 10)),
-                  min_support=int(section.get("min_support", 1)), clean=str(section.get("clean", "clean")),
-                  conditions=tuple(conditions) if conditions is not None else None,
-                  candidates=bool(section.get("candidates", True)), bootstrap=int(section.get("bootstrap", 1000)),
-                  model_order=tuple(order) if order is not None else None)
-        bad = [k for k in cfg.suites if k not in SUITE_KINDS]
-        if bad or not cfg.suites:
-            raise SpecError(f"[vision] suites = {list(cfg.suites)}: choose from {', '.join(SUITE_KINDS)}")
-        return cfg
+    def from_section(cls, section: Mapping[str, object]) -> VisionConfig:
+        """The section as written in a spec: names as lists or comma-separated strings, every other value of its
+        field's type (``confidence_bins = 2.5`` or ``candidates = "false"`` is an error, never 2 or true)."""
+        where = "[vision]"
+        if not isinstance(section, Mapping):
+            raise SpecError(f"{where} must be a table of settings")
+        check_keys(section, _SECTION_KEYS, where)
+        names: dict[str, Any] = {k: name_list(section[k], f"{where} {k}") for k in _NAME_KEYS if k in section}
+        scalars = typed_fields(cls, {k: v for k, v in section.items() if k not in _NAME_KEYS}, where)
+        return cls(**names, **scalars)
 
 
 def headline_notes(source: str, result: VisionAudit) -> list[str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 import dcaudit
+from dcaudit import defaults
 from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import NO_REPORT as _NO_REPORT
@@ -111,8 +112,10 @@ def _refuse_repeated_options(command: click.Command, args: list[str], ctx: click
 @click.option("--home", type=click.Path(path_type=Path), help="Workspace (default $DCAUDIT_HOME or ./workspace).")
 @click.option("--mirror", type=click.Path(path_type=Path), help="Offline mirror laid out like shared/data "
               "(default $DCAUDIT_MIRROR).")
-@click.option("--memory-limit", help="DuckDB memory limit, e.g. 8GB (default $DCAUDIT_MEMORY_LIMIT or 8GB).")
-@click.option("--threads", type=click.IntRange(min=1), help="DuckDB threads (default: all cores).")
+@click.option("--memory-limit", help=f"DuckDB memory limit, e.g. 8GB, at most {defaults.MAX_MEMORY_LIMIT_TEXT} "
+              f"(default $DCAUDIT_MEMORY_LIMIT or {defaults.MEMORY_LIMIT}).")
+@click.option("--threads", type=int, help=f"DuckDB threads, 1 to {defaults.MAX_THREADS} (default $DCAUDIT_THREADS "
+              "or all cores).")
 @click.version_option(version=dcaudit.__version__, package_name="dcaudit")  # no metadata lookup (0.13 s)
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None, mirror: Path | None, memory_limit: str | None,
@@ -377,10 +380,10 @@ def specs() -> None:
 
 @cli.command()
 @click.argument("experiment", type=click.Choice(["conformal", "leaderboard", "acquisition"]))
-@click.option("--seeds", type=click.IntRange(min=1), help="Seeds per setting (conformal, leaderboard; paper: 50) "
-              "or random-order trials (acquisition; paper: 200). Default: the paper's.")
-@click.option("--geometries", type=click.IntRange(min=0), help="acquisition only: also re-draw the geometry this "
-              "many times and report the spread of the curves (not in the paper).")
+@click.option("--seeds", type=int, help="Seeds per setting (conformal, leaderboard; paper: 50) "
+              f"or random-order trials (acquisition; paper: 200), 1 to {defaults.MAX_SEEDS}. Default: the paper's.")
+@click.option("--geometries", type=int, help="acquisition only: also re-draw the geometry this "
+              f"many times (0 to {defaults.MAX_SEEDS}) and report the spread of the curves (not in the paper).")
 @click.option("--quiet", is_flag=True, callback=one_output, help="Print only the run id.")
 @click.pass_obj
 def simulate(settings: Settings, experiment: str, seeds: int | None, geometries: int | None, quiet: bool) -> None:

@@ -47,10 +47,10 @@ _MISSING = click.option("--missing", type=click.Choice(defaults.MISSING_CHOICES)
                         show_default=True, help="Missing, NaN or infinite evidence: drop (complete cases; the "
                         "rest excluded with a reason) or a value (a fiber) of its own.")
 _SPLITS = _compose(
-    click.option("--seeds", type=click.IntRange(min=1), help="Calibration/test splits (default "
-                 f"{defaults.REPLAY_SEEDS}; bounded by memory for tolerance windows)."),
-    click.option("--seed-offset", type=int, help=f"First seed (seeds are offset … offset+S-1; default "
-                 f"{defaults.SEED_OFFSET})."),
+    click.option("--seeds", type=click.IntRange(min=1), help=f"Calibration/test splits, 1 to {defaults.MAX_SEEDS} "
+                 f"(default {defaults.REPLAY_SEEDS}; bounded by memory for tolerance windows)."),
+    click.option("--seed-offset", type=int, help=f"First seed (seeds are offset … offset+S-1), within "
+                 f"±2^{defaults.MAX_SEED_OFFSET.bit_length() - 1} (default {defaults.SEED_OFFSET})."),
     click.option("--calibration-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                  help=f"Share of candidates in the calibration half (hash of id and seed; default "
                       f"{defaults.CALIBRATION_FRACTION})."),
@@ -166,16 +166,17 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
 @click.option("--policies", help=f"Probe-selection policies, comma-separated (default: all of "
               f"{', '.join(defaults.COMPLETION_POLICIES)}).")
 @click.option("--random-draws", type=click.IntRange(min=1), help="Random probe orders per seed for the random "
-              f"policy (default {defaults.RANDOM_DRAWS}).")
+              f"policy, 1 to {defaults.MAX_SEEDS} (default {defaults.RANDOM_DRAWS}).")
 @click.option("--refinement", type=click.Choice(defaults.REFINEMENTS), help="mixed (default): certified decisions "
               "are kept, only mixed fibers are refined; full: every fiber recomputed after each probe (the "
               "paper's script).")
 @click.option("--tie-break", type=click.Choice(defaults.TIE_BREAKS), help="Among probes certifying "
               "equally on calibration: least residual label entropy (default), or the first / last listed.")
-@click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1': curves against "
-              "cumulative cost, the cost_gain policy and the next probe by certified gain per unit cost.")
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="The budgeted plan (frozen on "
-              "calibration) stops before its cumulative cost exceeds this.")
+@click.option("--costs", help="Price of every probe, e.g. 'SR-MMP=2,SR-HSE=2,SR-ARE=1,SR-ATAD5=1' (each above 0, at "
+              f"most {defaults.MAX_COST:g}): curves against cumulative cost, the cost_gain policy and the next probe "
+              "by certified gain per unit cost.")
+@click.option("--budget", type=float, help="The budgeted plan (frozen on calibration) stops before its cumulative "
+              f"cost exceeds this (above 0, at most {defaults.MAX_BUDGET:g}).")
 @_PACKAGE
 @click.pass_obj
 def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,

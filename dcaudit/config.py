@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dcaudit import defaults
 from dcaudit.errors import SpecError
 
 
@@ -32,9 +33,9 @@ class Settings:
             raise SpecError(f"Settings(memory_limit={self.memory_limit!r}): give an amount such as 8GB")
         check_memory_limit(self.memory_limit, "Settings(memory_limit)")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise SpecError(f"Settings(threads={self.threads!r}): give a whole number of threads >= 1, or None "
-                            "for every core")
+                                         or not 1 <= self.threads <= defaults.MAX_THREADS):
+            raise SpecError(f"Settings(threads={self.threads!r}): give a whole number of threads from 1 to "
+                            f"{defaults.MAX_THREADS}, or None for every core")
         if not isinstance(self.offline, bool):
             raise SpecError(f"Settings(offline={self.offline!r}): give True or False")
 
@@ -62,6 +63,8 @@ class Settings:
         given: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
         if "memory_limit" in given:
             given["memory_limit"] = check_memory_limit(str(given["memory_limit"]), "--memory-limit")
+        if "threads" in given:  # named as the option, not as Settings(threads=...)
+            given["threads"] = check_threads(str(given["threads"]), "--threads")
         if "home" in given:
             check_home(Path(str(given["home"])), "--home")
         if "mirror" in given and Path(str(given["mirror"])).is_file():
@@ -82,18 +85,25 @@ def _env_bool(name: str) -> bool:
     raise SpecError(f"{name}={os.environ[name]!r}: use 1 (or true, yes, on) or 0 (false, no, off)")
 
 
-_MEMORY = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+# DuckDB's units: KB … PB are powers of 1000, KiB … PiB of 1024, in any case (it reports PiB back)
+BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "kib": 2**10,
+              "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
 
 
 def check_memory_limit(text: str, where: str) -> str:
-    if not _MEMORY.match(text):
+    m = _MEMORY.match(text)
+    if not m:
         raise SpecError(f"{where} = {text!r}: give an amount such as 8GB, 512MB or 16GiB")
+    if float(m.group(1)) * BYTE_UNITS[m.group(2).lower()] > defaults.MAX_MEMORY_LIMIT:
+        raise SpecError(f"{where} = {text!r}: give at most {defaults.MAX_MEMORY_LIMIT_TEXT} (no machine has more; "
+                        "e.g. 8GB, 512MB or 16GiB)")
     return text.strip()
 
 
 def check_threads(text: str, where: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise SpecError(f"{where} = {text!r}: give a whole number of threads >= 1")
+    if not text.strip().isdigit() or not 1 <= int(text) <= defaults.MAX_THREADS:
+        raise SpecError(f"{where} = {text!r}: give a whole number of threads from 1 to {defaults.MAX_THREADS}")
     return int(text)
 
 
@@ -128,7 +138,7 @@ def load_settings() -> Settings:
     return Settings(
         home=check_home(Path(os.environ.get("DCAUDIT_HOME", "workspace")).expanduser().resolve()),
         mirror=_mirror(mirror) if mirror else None,
-        memory_limit=check_memory_limit(memory, "DCAUDIT_MEMORY_LIMIT") if memory else "8GB",
+        memory_limit=check_memory_limit(memory, "DCAUDIT_MEMORY_LIMIT") if memory else defaults.MEMORY_LIMIT,
         threads=check_threads(threads, "DCAUDIT_THREADS") if threads else None,
         offline=_env_bool("DCAUDIT_OFFLINE"),
     )

@@ -13,6 +13,17 @@ from typing import Final
 ENGINES: Final = ("duckdb", "spark")
 ENGINE: Final = "duckdb"
 
+# DuckDB's resources (--memory-limit / DCAUDIT_MEMORY_LIMIT, --threads / DCAUDIT_THREADS)
+MEMORY_LIMIT: Final = "8GB"
+# DuckDB refuses limits from 2**64 bytes on (a ParserException mid-run); no machine has 1024 TiB of memory, so a
+# larger limit is a typo, not a setting
+MAX_MEMORY_LIMIT: Final = 2**50
+MAX_MEMORY_LIMIT_TEXT: Final = "1024TiB"  # how the limit is written (DuckDB reads no PiB)
+# DuckDB starts every thread when the limit is set and aborts the process natively (std::system_error) when
+# the OS refuses one (100000 here); past the cores a thread adds only memory. 1024 is above the hardware threads
+# of the largest machines (2 × 192 cores × 2) and far below the OS's usual per-user limits.
+MAX_THREADS: Final = 1024
+
 # The mixed-fiber audit
 STATUSES: Final = ("certified_true", "certified_false", "ambiguous", "unsupported")  # a fiber's status, report order
 MISSING_CHOICES: Final = ("drop", "as-value")
@@ -49,6 +60,11 @@ COMPLETION_POLICIES = ("response_rank", "uncertainty", "diversity", "benchmark_a
 RANDOM_DRAWS = 100
 REFINEMENT = "mixed"          # or "full": every fiber recomputed after each probe (the paper's script)
 TIE_BREAK = "entropy"         # or "first" / "last" listed probe
+MAX_PROBES = 62               # probe sets are kept as 64-bit masks
+# A probe's price, like MAX_PRICE: larger is a typo, and bounded prices keep every cumulative cost and its mean
+# over seeds finite (two probes at 1e308 made the mean row inf and "over budget" while every seed was within it)
+MAX_COST = 1e6
+MAX_BUDGET = MAX_PROBES * MAX_COST  # every probe bought at the largest price
 
 # Sensitivity to the fiber resolution
 SENSITIVITY_RULES = ("quantile:5", "quantile:10", "quantile:20", "quantile:40", "knn:25", "knn:50", "knn:100")

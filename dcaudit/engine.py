@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import duckdb
 
 from dcaudit.claims import quote_string
-from dcaudit.config import Settings
+from dcaudit.config import BYTE_UNITS, Settings
 from dcaudit.defaults import ENGINES  # noqa: F401 - the engines a run can ask for (--engine, engine=)
 
 if TYPE_CHECKING:
@@ -131,10 +131,6 @@ def machine_limit(exc: BaseException) -> bool:
         isinstance(exc, duckdb.IOException) and "No space left on device" in str(exc))
 
 
-_BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "KiB": 2**10,
-               "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
-
-
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
     """The connection's ``memory_limit`` in bytes (DuckDB reports it as text, e.g. ``7.4 GiB``), or None
     when it cannot be read as a size: callers then keep their default."""
@@ -142,9 +138,9 @@ def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
 
     text = str(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
     m = re.match(r"^\s*([0-9.]+)\s*([KMGTP]?i?B)\s*$", text)
-    if not m or m.group(2) not in _BYTE_UNITS:
+    if not m or m.group(2).lower() not in BYTE_UNITS:
         return None
-    return int(float(m.group(1)) * _BYTE_UNITS[m.group(2)])
+    return int(float(m.group(1)) * BYTE_UNITS[m.group(2).lower()])
 
 
 def _safe(text: str) -> str:

@@ -2,7 +2,8 @@
 
 A spec is a TOML file; the built-in ones ship in ``dcaudit.pipelines`` (``tox21.toml`` …) and are
 named by their stem (``dcaudit run tox21``). Sections later stages read (``[replay]``,
-``[completion]``, ``[sensitivity]``) are kept as plain mappings and validated by their stage.
+``[completion]``, ``[vision]``, …) are kept as plain mappings here; each stage's parser types and checks
+its keys, and ``dcaudit.pipelines.stages.validate_spec`` runs every parser before anything runs.
 """
 
 from __future__ import annotations
@@ -147,7 +148,10 @@ def coerce(value: object, tp: object) -> object:
                 continue
         raise ValueError
     if origin is tuple:
-        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        try:  # one comma-separated string: the one splitter of names (quoted names keep their commas)
+            items = split_names(value) if isinstance(value, str) else value
+        except SpecError:  # an unclosed quote: a value of the wrong form, named by coerce_field
+            raise ValueError from None
         if not isinstance(items, list | tuple):
             raise ValueError
         return tuple(coerce(v, args[0]) for v in items)

@@ -17,19 +17,112 @@ Both reuse the generic engines (:func:`dcaudit.audits.replay.replay_windows` / `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import pyarrow as pa
 
 from dcaudit.audits.choice import model_choice
 from dcaudit.audits.fibers import AuditLabels
-from dcaudit.audits.replay import ReplayConfig, WindowSpec, fiber_replay, parse_section, replay_windows
-from dcaudit.claims import parse_claim, quote_identifier
-from dcaudit.errors import SpecError
+from dcaudit.audits.replay import (
+    ReplayConfig,
+    ReplaySection,
+    WindowSpec,
+    fiber_replay,
+    parse_section,
+    replay_windows,
+)
+from dcaudit.claims import Claim, parse_claim, quote_identifier
+from dcaudit.errors import ClaimError, SpecError
 from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
-from dcaudit.spec import check_keys
+from dcaudit.spec import (
+    PipelineSpec,
+    check_keys,
+    check_not_blank,
+    check_support,
+    coerce_field,
+    name_list,
+    typed_fields,
+)
 from dcaudit.stage import StageContext, StageTables
 
 _KEYS = {"by_position", "probe_baseline"}
 _BASELINE_KEYS = {"table", "evidence", "claim", "fiber_rule", "min_support", "calibration_fraction", "seeds"}
+# the paper's baseline protocol (docs/jarvis.md): what each key of [jarvis.probe_baseline] means when left out
+_BASELINE_TEXT = {"table": "test_truth", "claim": "optb88vdw_bandgap > 1.0", "fiber_rule": "quantile:64"}
+_BASELINE_EVIDENCE = ("formation_energy_peratom",)
+_BASELINE_CONFIG: dict[str, Any] = {"seeds": 200, "calibration_fraction": 0.7, "min_support": 3}
+
+
+@dataclass(frozen=True)
+class ProbeBaseline:
+    """``[jarvis.probe_baseline]``, validated: a fiber replay of ``claim`` on ``evidence`` in ``table``."""
+
+    table: str
+    evidence: EvidenceMap
+    claim: Claim
+    config: ReplayConfig
+
+
+@dataclass(frozen=True)
+class JarvisSection:
+    """``[jarvis]``, validated; ``replay`` is the spec's [replay] when ``by_position`` repeats it."""
+
+    by_position: bool = False
+    replay: ReplaySection | None = None
+    probe_baseline: ProbeBaseline | None = None
+
+
+def parse_jarvis_section(raw: object, spec: PipelineSpec) -> JarvisSection:
+    """``[jarvis]`` of ``spec`` with every key typed and checked (a SpecError naming the key), before anything
+    runs: ``seeds = 2.5`` is no integer and ``by_position = "false"`` no boolean, never 2 seeds or true."""
+    if not isinstance(raw, Mapping):
+        raise SpecError("[jarvis] must be a table of settings")
+    check_keys(raw, _KEYS, "[jarvis]")
+    by_position = bool(coerce_field(raw, "by_position", bool, "[jarvis]"))  # a bool or None (absent)
+    replay = None
+    if by_position:
+        if "replay" not in spec.sections:
+            raise SpecError("[jarvis] by_position repeats the [replay] section's replay; add one")
+        replay = parse_section(dict(spec.sections["replay"]))
+        if replay.tolerance is None:
+            raise SpecError("[jarvis] by_position needs an error-window [replay] (tolerance = ...)")
+    base = raw.get("probe_baseline")
+    return JarvisSection(by_position, replay, None if base is None else _probe_baseline(base))
+
+
+def _probe_baseline(raw: object) -> ProbeBaseline:
+    where = "[jarvis.probe_baseline]"
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} must be a table of settings")
+    check_keys(raw, _BASELINE_KEYS, where)
+
+    def text(key: str) -> str:  # a string key as written, else the paper's value (never "" for the default)
+        value = coerce_field(raw, key, str, where)
+        return _BASELINE_TEXT[key] if value is None else check_not_blank(value, f"{where} {key}")
+
+    table = text("table")
+    evidence = name_list(raw["evidence"], f"{where} evidence") if "evidence" in raw else _BASELINE_EVIDENCE
+    try:
+        rule = parse_fiber_rule(text("fiber_rule"))
+    except SpecError as exc:
+        raise SpecError(f"{where} fiber_rule: {exc}") from None
+    if rule.is_window:  # the baseline is a fiber replay: a window rule would stop it after the audits ran
+        raise SpecError(f"{where}: fiber_rule {rule} is a window; the baseline replays fibers (exact, quantile:K, "
+                        "width:W)")
+    try:
+        claim = parse_claim(text("claim"))
+    except ClaimError as exc:
+        raise ClaimError(f"{where} claim: {exc}") from None
+    values = _BASELINE_CONFIG | typed_fields(ReplayConfig, {k: v for k, v in raw.items() if k in _BASELINE_CONFIG},
+                                             where)
+    check_support(values["min_support"], where)
+    try:
+        config = ReplayConfig(**values)
+    except SpecError as exc:  # ReplayConfig names itself "replay"; the spec wrote this section
+        raise SpecError(f"{where}: {str(exc).removeprefix('replay: ')}") from None
+    return ProbeBaseline(table, EvidenceMap(tuple(evidence), rule, "drop"), claim, config)
 
 
 def by_position_view(ctx: StageContext, view: str, evidence: str) -> str:
@@ -62,44 +155,30 @@ def position_metrics(ctx: StageContext) -> pa.Table:
 
 
 def jarvis_stage(ctx: StageContext) -> StageTables:
-    raw = ctx.spec.sections.get("jarvis") or {}
-    check_keys(raw, _KEYS, "[jarvis]")
+    section = parse_jarvis_section(ctx.spec.sections.get("jarvis") or {}, ctx.spec)
     out: dict[str, list[pa.Table]] = {"replay": [], "metrics": []}
     tasks = {t.audit_id: t for t in ctx.spec.audits}
-    if raw.get("by_position"):
-        if "replay" not in ctx.spec.sections:
-            raise SpecError("[jarvis] by_position repeats the [replay] section's replay; add one")
-        section = parse_section(ctx.spec.sections["replay"])
-        if section.tolerance is None:
-            raise SpecError("[jarvis] by_position needs an error-window [replay] (tolerance = ...)")
-        for audit_id in section.audits or (ctx.spec.audits[0].audit_id,):
+    replay = section.replay
+    if replay is not None and replay.tolerance is not None:  # by_position (checked when the spec loaded)
+        for audit_id in replay.audits or (ctx.spec.audits[0].audit_id,):
             task = tasks[audit_id]
             column = task.evidence.columns[0]
             view = by_position_view(ctx, ctx.view_for(task.table), column)
-            window = WindowSpec(column, section.tolerance, section.reference)
+            window = WindowSpec(column, replay.tolerance, replay.reference)
             labels = AuditLabels(ctx.source, f"{audit_id}:by-position")
-            replay = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
-                                    config=section.config, labels=labels, model_column=section.model_column)
-            out["replay"].append(replay)
-            if section.model_column:  # the paper's model choice: ALIGNN "wins" on MAE 0.0
+            result = replay_windows(ctx.con, view, id_column=ctx.spec.id_column, window=window, claim=task.claim,
+                                    config=replay.config, labels=labels, model_column=replay.model_column)
+            out["replay"].append(result)
+            if replay.model_column:  # the paper's model choice: ALIGNN "wins" on MAE 0.0
                 choice, metrics = model_choice(ctx.con, view, id_column=ctx.spec.id_column, window=window,
-                                               claim=task.claim, config=section.config, labels=labels,
-                                               model_column=section.model_column, replay=replay)
+                                               claim=task.claim, config=replay.config, labels=labels,
+                                               model_column=replay.model_column, replay=result)
                 out.setdefault("choice", []).append(choice)
                 out["metrics"].append(metrics)
         out["metrics"].append(position_metrics(ctx))
-    base = raw.get("probe_baseline")
+    base = section.probe_baseline
     if base is not None:
-        if not isinstance(base, dict) or set(base) - _BASELINE_KEYS:
-            raise SpecError(f"[jarvis.probe_baseline] takes {sorted(_BASELINE_KEYS)}")
-        evidence = base.get("evidence", ["formation_energy_peratom"])
-        evidence = [evidence] if isinstance(evidence, str) else list(evidence)
-        emap = EvidenceMap(tuple(evidence), parse_fiber_rule(base.get("fiber_rule", "quantile:64")), "drop")
-        config = ReplayConfig(seeds=int(base.get("seeds", 200)),
-                              calibration_fraction=float(base.get("calibration_fraction", 0.7)),
-                              min_support=int(base.get("min_support", 3)))
         out["replay"].append(fiber_replay(
-            ctx.con, ctx.view_for(base.get("table", "test_truth")), id_column=ctx.spec.id_column, evidence=emap,
-            claim=parse_claim(base.get("claim", "optb88vdw_bandgap > 1.0")), config=config,
-            labels=AuditLabels(ctx.source, "probe-baseline")).replay)
+            ctx.con, ctx.view_for(base.table), id_column=ctx.spec.id_column, evidence=base.evidence,
+            claim=base.claim, config=base.config, labels=AuditLabels(ctx.source, "probe-baseline")).replay)
     return out

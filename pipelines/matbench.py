@@ -16,17 +16,71 @@ feature profiles). This stage adds what those tables do not say directly:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from dcaudit.errors import SpecError
-from dcaudit.spec import check_keys, name_list
+from dcaudit.spec import AuditTask, PipelineSpec, check_keys, name_list, typed_fields
 from dcaudit.stage import StageContext, StageTables
+
+if TYPE_CHECKING:
+    from dcaudit.audits.completion import CompletionConfig
 
 _KEYS = {"polymorphs", "completion"}
 _COMPLETION_KEYS = {"audits", "probes", "seeds", "calibration_fraction", "min_support", "policies",
                     "random_draws", "seed_offset", "steps", "refinement", "tie_break"}
+
+
+@dataclass(frozen=True)
+class MatbenchSection:
+    """``[matbench]``, validated: the polymorph audits (None: the default) and one completion per
+    ``[[matbench.completion]]`` entry and audit it names."""
+
+    polymorphs: tuple[str, ...] | None
+    completions: tuple[tuple[AuditTask, CompletionConfig], ...]
+
+
+def parse_matbench_section(raw: object, spec: PipelineSpec) -> MatbenchSection:
+    """``[matbench]`` of ``spec``, every key typed and checked before anything runs (``seeds = 2.5`` is no
+    integer, never 2 seeds); a SpecError naming the entry and the key."""
+    from dcaudit.audits.completion import POLICIES, CompletionConfig
+
+    if not isinstance(raw, Mapping):
+        raise SpecError("[matbench] must be a table of settings")
+    check_keys(raw, _KEYS, "[matbench]")
+    polymorphs = name_list(raw["polymorphs"], "[matbench] polymorphs") if "polymorphs" in raw else None
+    entries = raw.get("completion", [])
+    entries = [entries] if isinstance(entries, Mapping) else entries
+    if not isinstance(entries, list):
+        raise SpecError("[matbench] completion must be [[matbench.completion]] tables")
+    tasks = {a.audit_id: a for a in spec.audits}
+    completions = []
+    for i, entry in enumerate(entries):
+        where = f"[[matbench.completion]] #{i + 1}"
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{where} must be a table of settings")
+        check_keys(entry, _COMPLETION_KEYS, where)
+        if "audits" not in entry or "probes" not in entry:
+            raise SpecError(f"{where}: needs audits = [...] and probes = [...]")
+        probes = name_list(entry["probes"], f"{where} probes")
+        policies = name_list(entry.get("policies", list(POLICIES)), f"{where} policies")
+        # each scalar as its field's type: seeds = 2.5 or true is an error, not 2 or 1 seeds
+        scalars = typed_fields(CompletionConfig, {k: v for k, v in entry.items()
+                                                  if k not in ("audits", "probes", "policies")}, where)
+        for audit_id in name_list(entry["audits"], f"{where} audits"):
+            if audit_id not in tasks:
+                raise SpecError(f"{where}: no audit {audit_id!r}; the spec has {sorted(tasks)}")
+            task = tasks[audit_id]
+            try:
+                config = CompletionConfig(probes=probes, policies=policies,
+                                          **{"min_support": task.min_support, **scalars})
+            except SpecError as exc:  # CompletionConfig names itself "completion"; the spec wrote this entry
+                raise SpecError(f"{where}: {str(exc).removeprefix('completion: ')}") from None
+            completions.append((task, config))
+    return MatbenchSection(polymorphs, tuple(completions))
 
 
 def polymorph_metrics(ctx: StageContext, audit_ids: list[str]) -> pa.Table | None:
@@ -58,39 +112,12 @@ def polymorph_metrics(ctx: StageContext, audit_ids: list[str]) -> pa.Table | Non
     return pa.concat_tables(parts, promote_options="permissive") if parts else None
 
 
-def completion_entry(ctx: StageContext, entry: dict[str, Any], where: str) -> list[pa.Table]:
-    """Completion curves for each audit named in one ``[[matbench.completion]]`` entry."""
-    from dcaudit.audits.completion import POLICIES, CompletionConfig, completion_curves
-
-    check_keys(entry, _COMPLETION_KEYS, where)
-    if "audits" not in entry or "probes" not in entry:
-        raise SpecError(f"{where}: needs audits = [...] and probes = [...]")
-    tasks = {a.audit_id: a for a in ctx.spec.audits}
-    out = []
-    for audit_id in name_list(entry["audits"], f"{where} audits"):
-        if audit_id not in tasks:
-            raise SpecError(f"{where}: no audit {audit_id!r}; the spec has {sorted(tasks)}")
-        task = tasks[audit_id]
-        options: dict[str, Any] = {k: v for k, v in entry.items() if k not in ("audits", "probes", "policies")}
-        config = CompletionConfig(probes=name_list(entry["probes"], f"{where} probes"),
-                                  policies=name_list(entry.get("policies", list(POLICIES)), f"{where} policies"),
-                                  **{"min_support": task.min_support, **options})
-        result = completion_curves(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column,
-                                   evidence=task.evidence, claim=task.claim, config=config, source=ctx.source,
-                                   audit_id=audit_id)
-        ctx.notes.extend(f"{audit_id}: {note}" for note in result.notes)
-        out.append(result.table)
-    return out
-
-
 def matbench_stage(ctx: StageContext) -> StageTables:
-    section = ctx.spec.sections.get("matbench") or {}
-    if not isinstance(section, dict):
-        raise SpecError("[matbench] must be a table of settings")
-    check_keys(section, _KEYS, "[matbench]")
+    from dcaudit.audits.completion import completion_curves
+
+    section = parse_matbench_section(ctx.spec.sections.get("matbench") or {}, ctx.spec)
     default = [a.audit_id for a in ctx.spec.audits if a.evidence.columns == ("reduced_formula",)]
-    poly_ids = list(name_list(section["polymorphs"], "[matbench] polymorphs")) if "polymorphs" in section \
-        else default
+    poly_ids = list(section.polymorphs) if section.polymorphs is not None else default
     missing = [a for a in poly_ids if a not in ctx.audits]
     if missing:
         raise SpecError(f"[matbench] polymorphs: no audit(s) {missing}")
@@ -98,9 +125,10 @@ def matbench_stage(ctx: StageContext) -> StageTables:
     poly = polymorph_metrics(ctx, poly_ids)
     if poly is not None:
         out["metrics"].append(poly)
-    entries = section.get("completion", [])
-    if isinstance(entries, dict):
-        entries = [entries]
-    for i, entry in enumerate(entries):
-        out["completion"].extend(completion_entry(ctx, entry, f"[[matbench.completion]] #{i + 1}"))
+    for task, config in section.completions:
+        result = completion_curves(ctx.con, ctx.view_for(task.table), id_column=ctx.spec.id_column,
+                                   evidence=task.evidence, claim=task.claim, config=config, source=ctx.source,
+                                   audit_id=task.audit_id)
+        ctx.notes.extend(f"{task.audit_id}: {note}" for note in result.notes)
+        out["completion"].append(result.table)
     return out

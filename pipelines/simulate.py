@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.audits.controlled import EXPERIMENTS, SOURCE
 from dcaudit.config import Settings
 from dcaudit.errors import SpecError
@@ -32,13 +33,18 @@ def simulation_config(experiment: str, seeds: int | None = None, geometries: int
     config_cls, _, seed_field = EXPERIMENTS[experiment]
     cfg = config_cls()
     if seeds is not None:
-        if seeds < 1:
-            raise SpecError(f"--seeds must be at least 1, not {seeds}")
-        cfg = replace(cfg, **{seed_field: int(seeds)})
+        # the replay's and completion's cap, checked before anything is drawn: 2**31 seeds grew to tens of GB
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= defaults.MAX_SEEDS:
+            raise SpecError(f"simulate {experiment}: seeds must be from 1 to {defaults.MAX_SEEDS}, got {seeds!r}")
+        cfg = replace(cfg, **{seed_field: seeds})
     if geometries:
-        if experiment != "acquisition" or geometries < 0:
+        if experiment != "acquisition":
             raise SpecError("--geometries (a positive count) applies to the acquisition experiment only")
-        cfg = replace(cfg, geometries=int(geometries))
+        # each geometry is re-drawn from seed geometry_seed + i: a seed count like --seeds
+        if isinstance(geometries, bool) or not isinstance(geometries, int) or not 0 <= geometries <= defaults.MAX_SEEDS:
+            raise SpecError(f"simulate {experiment}: geometries must be from 0 to {defaults.MAX_SEEDS}, "
+                            f"got {geometries!r}")
+        cfg = replace(cfg, geometries=geometries)
     return cfg
 
 

@@ -114,6 +114,24 @@ def _check_choice(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     parse_choice(dict(raw), spec)
 
 
+def _check_matbench(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.pipelines.matbench import parse_matbench_section
+
+    parse_matbench_section(raw, spec)
+
+
+def _check_jarvis(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.pipelines.jarvis import parse_jarvis_section
+
+    parse_jarvis_section(raw, spec)
+
+
+def _check_vision(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
+    from dcaudit.audits.vision import VisionConfig
+
+    VisionConfig.from_section(raw)
+
+
 def _check_source(spec: PipelineSpec) -> None:
     """A connector source: its name and options, checked before anything is prepared or recorded."""
     source = spec.raw.get("source") or {}
@@ -141,9 +159,10 @@ STAGES: dict[str, Stage] = {
     "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
                          _check_sensitivity),
     "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS", _check_choice),
-    "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS"),
-    "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS"),
-    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS"),
+    "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS",
+                      _check_matbench),
+    "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS", _check_jarvis),
+    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS", _check_vision),
 }
 
 

@@ -263,3 +263,20 @@ def test_a_file_named_with_a_leading_dash_audits(tmp_path: Path) -> None:
     data.write_text("cid,e,y\n" + "".join(f"c{i},{i % 3},{i % 2}\n" for i in range(9)))
     result = dcaudit.audit(data, evidence="e", claim="y = 1", id="cid", record=True)
     assert result.run_id is not None and result.run_id.startswith("dash-")
+
+
+def test_a_list_option_written_as_one_string_is_split_like_every_name_list() -> None:
+    """typed_fields splits a comma-separated string with split_names, the one splitter of names: a quoted name
+    keeps its comma (it was cut in two), and an unclosed quote is the key's type error, not a bare message."""
+    from dataclasses import dataclass
+
+    from dcaudit.spec import typed_fields
+
+    @dataclass(frozen=True)
+    class Options:
+        names: tuple[str, ...] = ()
+
+    assert typed_fields(Options, {"names": '"b,c", d'}, "[x]") == {"names": ("b,c", "d")}
+    assert typed_fields(Options, {"names": "a, b"}, "[x]") == {"names": ("a", "b")}
+    with pytest.raises(SpecError, match=r"^\[x\]: names must be a list of strings, got '\"b,c'$"):
+        typed_fields(Options, {"names": '"b,c'}, "[x]")

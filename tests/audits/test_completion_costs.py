@@ -78,7 +78,7 @@ def test_budget_below_every_price_plans_nothing() -> None:
 
 @pytest.mark.parametrize("costs, match", [
     ((("B", 1.0),), "every probe"),
-    ((("B", 1.0), ("H", 1.0), ("N", 0.0)), "positive"),
+    ((("B", 1.0), ("H", 1.0), ("N", 0.0)), "above 0"),
     ((("B", 1.0), ("H", 1.0), ("N", 1.0), ("Z", 1.0)), "not probes"),
 ])
 def test_cost_validation(costs: tuple, match: str) -> None:

@@ -204,18 +204,35 @@ def test_sql_replay_matches_python_reference(labels: list[tuple[int, int]], seed
     cfg = ReplayConfig(seeds=seeds, min_support=min_support, mode=mode, epsilon=0.3, delta=0.2,  # type: ignore[arg-type]
                        calibration_fraction=fraction)
     split = calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
+    short = _short_split(split, {(r["candidate_id"], None) for r in split})
+    if short is not None:  # a half without candidates at some seed: the replay refuses it, naming the first
+        with pytest.raises(InputError, match=f"^{short}; both splits need candidates"):
+            _fibers(con, cfg)
+        return
     expected = _reference(table, split, cfg)
     out = _fibers(con, cfg)
     seen = 0
     for row in out.filter(pc.invert(pc.is_null(out["seed"]))).to_pylist():
         ref = expected[(row["policy"], row["seed"])]
-        if row["n_test"] == 0:
-            continue
         seen += 1
         for key, value in ref.items():
             assert row[key] == value, (row["policy"], row["seed"], key)
-    assert seen == sum(1 for (p, s) in expected if p == "fiber_majority"
-                       and any(r["seed"] == s and not r["calibration"] for r in split)) * 4
+    assert seen == len(expected)
+
+
+def _short_split(split: list[dict], cases: set[tuple[str, str | None]]) -> str | None:
+    """Plain Python: the first (model, seed) whose calibration or test half holds none of ``cases``
+    ((candidate id, model) pairs with evidence and claim), as the replay's error words it; None if none."""
+    cal = {(r["candidate_id"], r["seed"]): r["calibration"] for r in split}
+    seeds = sorted({r["seed"] for r in split})
+    for model in sorted({m for _, m in cases}, key=lambda m: (m is not None, m or "")):
+        mine = [c for c, m in cases if m == model]
+        for seed in seeds:
+            n_cal = sum(cal[(c, seed)] for c in mine)
+            if n_cal in (0, len(mine)):
+                named = f"seed {seed}" + (f", model {model!r}" if model is not None else "")
+                return f"{named}: the {len(mine)} complete cases give {n_cal} calibration and {len(mine) - n_cal} test candidates"
+    return None
 
 
 # --------------------------------------------------------------------------------------------- calibrated bound
@@ -476,9 +493,15 @@ def test_window_replay_matches_brute_force(n: int, models: tuple | None, data: s
             replay_windows(con, "t", id_column="id", window=WindowSpec("x", tol, "ref"), claim=parse_claim("y = 1"),
                            config=cfg, labels=LABELS, model_column="model" if models else None)
         return
+    split = calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
+    short = _short_split(split, {(r["id"], r["model"]) for r in rows if r["x"] is not None and r["y"] is not None})
+    if short is not None:  # some (model, seed) with an empty half: refused, naming the first
+        with pytest.raises(InputError, match=f"^{short}; both splits need candidates"):
+            replay_windows(con, "t", id_column="id", window=WindowSpec("x", tol, "ref"), claim=parse_claim("y = 1"),
+                           config=cfg, labels=LABELS, model_column="model" if models else None)
+        return
     out = replay_windows(con, "t", id_column="id", window=WindowSpec("x", tol, "ref"), claim=parse_claim("y = 1"),
                          config=cfg, labels=LABELS, model_column="model" if models else None)
-    split = calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
     cal_of = {(r["candidate_id"], r["seed"]): r["calibration"] for r in split}
     per_seed = [r for r in out.to_pylist() if r["seed"] is not None]
     reported = {(r["model"], r["seed"]): r["tolerance"] for r in per_seed}
@@ -692,3 +715,96 @@ def test_window_replay_calibrated_mode_bounds_hold() -> None:
         assert row["certified_fraction"] > 0.7
         assert row["risk_bound_max"] <= 0.1
         assert row["false_rate_certified"] <= 0.05
+
+
+# --------------------------------------------------------------------------------------------- empty halves
+
+def _qa_csv(tmp_path: Path) -> Path:
+    """200 candidates: id, a number x, a four-valued e, and y = x > 5."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 10, 200).round(3)
+    path = tmp_path / "qa.csv"
+    path.write_text("id,x,e,y\n" + "".join(f"c{i},{x[i]},{rng.integers(0, 4)},{int(x[i] > 5)}\n" for i in range(200)))
+    return path
+
+
+@pytest.mark.parametrize(("fraction", "cal"), [("0.999999", 200), ("0.000001", 0)])
+@pytest.mark.parametrize("evidence", [["--evidence", "e", "--min-support", "1"], ["--evidence", "x", "--tolerance", "0.5"]])
+def test_a_split_with_an_empty_half_is_refused_like_complete(settings, tmp_path: Path, fraction: str, cal: int,  # noqa: ANN001
+                                                             evidence: list[str]) -> None:
+    """0.999999 puts all 200 candidates in calibration at every seed (the replay wrote only NULLs), 0.000001
+    none (fiber_majority then reported certified 100 % from an empty half): the error `complete` gives."""
+    from click.testing import CliRunner
+
+    from dcaudit.cli import cli
+
+    data = _qa_csv(tmp_path)
+    res = CliRunner().invoke(cli, ["replay", str(data), "--id", "id", "--claim", "y = 1", "--seeds", "3",
+                                   "--calibration-fraction", fraction, *evidence, "--out", str(tmp_path / "pkg")])
+    assert res.exit_code == 2, res.output
+    (error,) = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert error == (f"error: seed 0: the 200 complete cases give {cal} calibration and {200 - cal} test "
+                     f"candidates; both splits need candidates (file {data})")
+    assert not (tmp_path / "pkg" / "replay.parquet").exists()
+
+
+def test_an_empty_half_at_a_later_seed_names_it_and_the_model() -> None:
+    """Every seed is checked, per model for windows: the first (model, seed) with an empty half is named."""
+    table = pa.table({"id": ["a", "b", "c", "a", "b", "c", "d", "e", "f", "g"],
+                      "m": ["few"] * 3 + ["many"] * 7, "x": [0.0, 1.0, 2.0] + [float(i) for i in range(7)],
+                      "y": [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]})
+    con = _con(table)
+    cfg = ReplayConfig(seeds=40, seed_offset=5, min_support=1)
+    split = calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
+    short = _short_split(split, set(zip(table["id"].to_pylist(), table["m"].to_pylist(), strict=True)))
+    assert short is not None and short.startswith("seed ") and not short.startswith("seed 5:")  # a later seed
+    assert ", model 'few'" in short
+    with pytest.raises(InputError, match=f"^{short}; both splits need candidates"):
+        replay_windows(con, "t", id_column="id", window=WindowSpec("x", parse_tolerance(1.0)),
+                       claim=parse_claim("y = 1"), config=cfg, labels=LABELS, model_column="m")
+
+
+# --------------------------------------------------------------------------------------------- exact means
+
+@pytest.mark.parametrize("width", [1e308, 0.1, 0.7])
+def test_mean_rows_of_a_constant_width_are_that_width(width: float) -> None:
+    """The seed-NULL rows are means over seeds: a width every seed shares is that width (1e308 summed to inf,
+    with numpy's overflow warning; 0.1 and 0.7 over three seeds were 0.10000000000000002 and 0.6999999999999998),
+    and nothing warns."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0, 10, 300)
+    table = pa.table({"id": [f"c{i}" for i in range(300)], "x": x, "y": (x > 5).astype(np.int64)})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = window_replay(_con(table), "t", id_column="id", window=WindowSpec("x", parse_tolerance(width)),
+                            claim=parse_claim("y = 1"), config=ReplayConfig(seeds=3, min_support=5), labels=LABELS)
+    assert set(out.replay["tolerance"].to_pylist()) == {width}
+    assert len(_rows(out.replay, "fiber_majority", summary=True)) == 1
+
+
+def test_mae_width_of_huge_errors_does_not_overflow() -> None:
+    """Errors near 1e307: their sum over a calibration half overflows a double, their mean does not."""
+    rng = np.random.default_rng(5)
+    n = 200
+    x, ref = rng.uniform(0, 1, n) * 1e307, -rng.uniform(0, 1, n) * 1e307
+    table = pa.table({"id": [f"c{i}" for i in range(n)], "x": x, "ref": ref, "y": (x > 5e306).astype(np.int64)})
+    con = _con(table)
+    cfg = ReplayConfig(seeds=3, min_support=5)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = replay_windows(con, "t", id_column="id", window=WindowSpec("x", parse_tolerance("mae"), "ref"),
+                             claim=parse_claim("y = 1"), config=cfg, labels=LABELS)
+    cal_of = {(r["candidate_id"], r["seed"]): r["calibration"]
+              for r in calibration_members(con, "t", id_column="id", config=cfg).to_pylist()}
+    errors = np.abs(x - ref)
+    widths = []
+    for row in _rows(out, "fiber_majority"):
+        cal = np.array([cal_of[(f"c{i}", row["seed"])] for i in range(n)])
+        assert row["tolerance"] == pytest.approx(float(np.mean(errors[cal] / 1e300)) * 1e300, rel=1e-12)
+        widths.append(row["tolerance"])
+    (summary,) = _rows(out, "fiber_majority", summary=True)
+    assert np.isfinite(summary["tolerance"]) and summary["tolerance"] == pytest.approx(np.mean(widths), rel=1e-12)

@@ -124,3 +124,32 @@ def test_large_tables_beyond_the_memory_limit_take_the_sql_pass(monkeypatch) -> 
     con.execute("SET memory_limit = '1GB'")
     monkeypatch.setattr(rp, "_FAST_BYTES_PER_CANDIDATE", 2 * 10**6)  # 1000 candidates "need" 2 GB
     assert not rp._fits_in_memory(con, "t")
+
+
+def test_an_empty_half_is_the_same_error_on_the_numpy_and_the_sql_pass(monkeypatch) -> None:  # noqa: ANN001
+    """The split counts of either pass are checked per seed: the first seed whose calibration or test half is
+    empty (here a later one, found from the SQL split itself) stops both with the same error."""
+    import pytest
+
+    from dcaudit.errors import InputError
+
+    table = pa.table({"id": [f"k{i}" for i in range(4)], "e": [0, 1, 0, 1], "y": [0, 1, 1, 0]})
+    con = duckdb.connect()
+    con.register("t", table)
+    cfg = rp.ReplayConfig(seeds=30, seed_offset=2, min_support=1)
+    members = rp.calibration_members(con, "t", id_column="id", config=cfg).to_pylist()
+    cal = [sum(r["calibration"] for r in members if r["seed"] == s) for s in range(2, 32)]
+    first = next(i for i, c in enumerate(cal) if c in (0, 4))
+    assert first > 0  # seed 2 itself splits both ways: the check reads every seed, not the first
+    message = (f"^seed {first + 2}: the 4 complete cases give {cal[first]} calibration and {4 - cal[first]} test "
+               "candidates; both splits need candidates")
+
+    def run() -> None:
+        rp.fiber_replay(con, "t", id_column="id", evidence=EvidenceMap(("e",)), claim=parse_claim("y = 1"),
+                        config=cfg, labels=LABELS)
+
+    with pytest.raises(InputError, match=message):
+        run()
+    monkeypatch.setattr(rp, "_hash_matches", lambda con: False)  # the SQL pass over candidates × seeds
+    with pytest.raises(InputError, match=message):
+        run()

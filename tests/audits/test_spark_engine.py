@@ -127,6 +127,20 @@ def test_replay_draws_duckdbs_splits(spark, table: Path, columns, rule, config) 
     _assert_same(sp, duck)
 
 
+def test_a_replay_with_an_empty_half_is_refused_on_spark(spark, table: Path) -> None:  # noqa: ANN001
+    """Spark's split counts go through the same check as DuckDB's: all candidates in calibration is an error."""
+    config = ReplayConfig(seeds=3, calibration_fraction=0.999999, min_support=1)
+    kept = _duck(table).execute("SELECT count(*) FROM t WHERE a IS NOT NULL AND y IS NOT NULL").fetchall()[0][0]
+    message = f"^seed 0: the {kept} complete cases give {kept} calibration and 0 test candidates"
+    for run in (lambda: fiber_replay(_duck(table), "t", id_column="cid", evidence=EvidenceMap(("a",)),
+                                     claim=parse_claim("y = 1"), config=config, labels=AuditLabels("s", "r")),
+                lambda: spark_engine.replay_fibers_spark(spark, spark_engine.read_table(spark, table), id_column="cid",
+                                                         evidence=EvidenceMap(("a",)), claim=parse_claim("y = 1"),
+                                                         config=config, labels=AuditLabels("s", "r"))):
+        with pytest.raises(InputError, match=message):
+            run()
+
+
 def test_split_pass_falls_back_to_the_sql_split(spark, table: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     """An executor whose DuckDB would not hash by the numpy formula counts the split with DuckDB's SQL."""
     count = spark_engine.PartitionSplitCounts(("k0",), 1, 3, 500_000, duckdb.__version__)

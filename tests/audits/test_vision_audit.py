@@ -228,3 +228,52 @@ def test_run_spec_with_a_user_predictions_file(settings, tmp_path: Path) -> None
     with pytest.raises(InputError, match="unknown condition 'jpeg'") as exc:
         run_spec(spec_from_dict({**raw, "name": "mine2"}), settings)
     assert exc.value.row == 2 and exc.value.file == str(path)   # the first jpeg row is data row 2
+
+
+def test_vision_section_values_are_typed_not_converted() -> None:
+    """Names as a list or one comma-separated string (a string was split into its characters), every other
+    value of its field's type: 2.5 bins, "3" bins, true bins, "false" candidates were converted silently."""
+    from dcaudit.errors import SpecError
+
+    cfg = va.VisionConfig.from_section({"conditions": "jpeg, blur", "model_order": "m2", "suites": "all",
+                                        "bootstrap": 0, "candidates": False})
+    assert cfg.conditions == ("jpeg", "blur") and cfg.model_order == ("m2",) and cfg.suites == ("all",)
+    assert cfg.bootstrap == 0 and cfg.candidates is False
+    assert va.VisionConfig.from_section({}) == va.VisionConfig()
+    assert va.VisionConfig.from_section({"confidence_bins": np.int64(4)}).confidence_bins == 4  # numpy's integers
+    for section, message in [({"confidence_bins": 2.5}, "confidence_bins must be an integer, got 2.5"),
+                             ({"confidence_bins": "3"}, "confidence_bins must be an integer, got '3'"),
+                             ({"confidence_bins": True}, "confidence_bins must be an integer, got True"),
+                             ({"min_support": 2.9}, "min_support must be an integer, got 2.9"),
+                             ({"candidates": "false"}, "candidates must be true or false, got 'false'"),
+                             ({"bootstrap": -1}, "bootstrap must be from 0"),
+                             ({"bootstrap": 2.5}, "bootstrap must be an integer, got 2.5"),
+                             ({"confidence_bins": 10**12}, "confidence_bins must be from 2 to 1000"),
+                             ({"conditions": []}, "conditions is empty"),
+                             ({"model_order": ["a", 2]}, "model_order must be a list of names")]:
+        with pytest.raises(SpecError, match=f"^\\[vision\\].*{message}"):
+            va.VisionConfig.from_section(section)
+    with pytest.raises(SpecError, match="confidence_bins must be from 2"):
+        va.VisionConfig(confidence_bins=1)  # constructed directly (the API), checked the same
+
+
+def test_user_predictions_with_comma_separated_conditions(settings, tmp_path: Path) -> None:
+    """conditions = "jpeg,blur" declares two corruptions ("unknown condition 'jpeg'; declared: clean, j, p, …")."""
+    rng = np.random.default_rng(1)
+    rows = ["rid,split,model,image_id,condition,predicted,label,confidence"]
+    for split in range(3):
+        for model in ("m1", "m2"):
+            for img in range(30):
+                for cond in ("clean", "jpeg", "blur"):
+                    rows.append(f"r{len(rows)},{split},{model},img{img},{cond},{rng.integers(0, 3)},{rng.integers(0, 3)},"
+                                f"{rng.random():.3f}")
+    path = tmp_path / "preds2.csv"
+    path.write_text("\n".join(rows) + "\n")
+    raw = {"name": "vis", "source": {"path": str(path), "id": "rid"},
+           "audits": [{"id": "plain", "claim": "label = 1", "evidence": ["predicted"]}],
+           "vision": {"suites": ["all", "each"], "conditions": "jpeg,blur", "model_order": "m2", "bootstrap": 20}}
+    result = run_spec(spec_from_dict(raw), settings)
+    summary = result.tables["summary"].to_pylist()
+    assert {r["audit_id"] for r in summary} >= {"robust[all]", "robust[jpeg]", "robust[blur]"}
+    choice = [r for r in result.tables["choice"].to_pylist() if r["audit_id"] == "robust[all]"]
+    assert {r["model"] for r in choice} == {"m1", "m2"}

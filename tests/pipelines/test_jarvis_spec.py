@@ -150,3 +150,45 @@ def test_paper_reading_by_position(run: dict[str, pl.DataFrame]) -> None:
                                     & (pl.col("policy") == "certified_only"))
     assert baseline["n_test"][0] == pytest.approx(0.3 * 5572, rel=0.05)
     assert baseline["certified_fraction"][0] == pytest.approx(0.045, abs=0.02)  # the paper's 4.51 % baseline
+
+
+def test_jarvis_section_parses_to_the_paper_protocol() -> None:
+    """The built-in [jarvis] section, typed: the paper's baseline, which is also what absent keys mean."""
+    from dcaudit.pipelines.jarvis import parse_jarvis_section
+
+    spec = load_spec("jarvis")
+    section = parse_jarvis_section(spec.sections["jarvis"], spec)
+    assert section.by_position is True and section.replay is not None and str(section.replay.tolerance) == "mae"
+    base = section.probe_baseline
+    assert base is not None and base.table == "test_truth" and base.claim.text == "optb88vdw_bandgap > 1.0"
+    assert base.evidence.columns == ("formation_energy_peratom",) and str(base.evidence.rule) == "quantile:64"
+    assert (base.config.seeds, base.config.calibration_fraction, base.config.min_support) == (200, 0.7, 3)
+    assert parse_jarvis_section({"probe_baseline": {}}, spec).probe_baseline == base
+    assert parse_jarvis_section({}, spec) == parse_jarvis_section({"by_position": False}, spec)
+    for raw, message in [({"probe_baseline": {"seeds": 2.5}}, "seeds must be an integer, got 2.5"),
+                         ({"probe_baseline": {"min_support": "3"}}, "min_support must be an integer, got '3'"),
+                         ({"probe_baseline": {"calibration_fraction": "0.7"}}, "must be a number, got '0.7'"),
+                         ({"by_position": "false"}, "by_position must be true or false, got 'false'"),
+                         ({"probe_baseline": {"evidence": "a, a"}}, "names 'a' more than once")]:
+        with pytest.raises(SpecError, match=message):
+            parse_jarvis_section(raw, spec)
+
+
+def test_probe_baseline_runs_with_the_values_written(tmp_path: Path) -> None:
+    """[jarvis.probe_baseline] on any table: the replay rows carry the section's seeds, support and fraction."""
+    rows = ["cid,fe,gap"] + [f"c{i},{i / 10},{int(i % 7 < 3)}" for i in range(120)]
+    csv = tmp_path / "truth.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    base = load_settings()
+    settings = Settings(home=tmp_path / "home", mirror=None, memory_limit=base.memory_limit, threads=base.threads,
+                        offline=True)
+    spec = spec_from_dict({"name": "pb", "source": {"path": str(csv), "id": "cid"},
+                           "audits": [{"id": "a", "claim": "gap = 1", "evidence": "fe"}],
+                           "jarvis": {"probe_baseline": {"table": "truth.csv", "evidence": "fe", "claim": "gap = 1",
+                                                         "fiber_rule": "quantile:4", "seeds": 3, "min_support": 2,
+                                                         "calibration_fraction": 0.6}}})
+    replay = pl.from_arrow(run_spec(spec, settings).tables["replay"])
+    assert set(replay["audit_id"]) == {"probe-baseline"}
+    assert replay.filter(pl.col("seed").is_not_null())["seed"].unique().sort().to_list() == [0, 1, 2]
+    assert set(replay["min_support"]) == {2} and set(replay["calibration_fraction"]) == {0.6}
+    assert set(replay["fiber_rule"]) == {"quantile:4"}

@@ -65,7 +65,7 @@ BAD = {
     "price beyond the range": ("[replay]\nseeds = 3\nprices = [0.0, 1e300]\n", "prices must be"),
     "calibration half empty": ("[replay]\nseeds = 3\ncalibration_fraction = 0.9999999\n", "test half empty"),
     "budget zero": ('[completion]\naudit = "a1"\nprobes = ["p1"]\nseeds = 3\ncosts = { p1 = 1.0 }\nbudget = 0\n',
-                    "budget must be a positive number"),
+                    "budget must be a number above 0"),
     "price true": ('[completion]\naudit = "a1"\nprobes = ["p1"]\nseeds = 3\ncosts = { p1 = true }\n',
                    "price of p1 must be a number"),
     "probe twice": ('[completion]\naudit = "a1"\nprobes = ["p1", "p1"]\nseeds = 3\n', "more than once"),
@@ -73,6 +73,43 @@ BAD = {
     "tolerance on two columns": ("[replay]\nseeds = 3\ntolerance = 0.5\n", "need one evidence column"),
     "sensitivity support zero": ('[sensitivity]\naudits = ["ax"]\nmin_support = 0\n', "min_support must be"),
     "mae without reference": ('[sensitivity]\naudits = ["ax"]\ntolerances = ["mae"]\n', "give reference too"),
+    # [vision], [jarvis] and [matbench] converted with int()/float()/bool()/tuple() or passed on unchecked:
+    # 2.5 bins ran with 2, "3" with 3, true with 1, "false" was true, a string became its characters
+    "vision bins 2.5": ("[vision]\nconfidence_bins = 2.5\n", "[vision]: confidence_bins must be an integer, got 2.5"),
+    "vision bins text": ('[vision]\nconfidence_bins = "3"\n', "confidence_bins must be an integer, got '3'"),
+    "vision bins true": ("[vision]\nconfidence_bins = true\n", "confidence_bins must be an integer, got True"),
+    "vision bins 1": ("[vision]\nconfidence_bins = 1\n", "confidence_bins must be from 2 to 1000, got 1"),
+    "vision support 2.9": ("[vision]\nmin_support = 2.9\n", "[vision]: min_support must be an integer, got 2.9"),
+    "vision support 0": ("[vision]\nmin_support = 0\n", "[vision]: min_support must be a whole number from 1"),
+    "vision candidates text": ('[vision]\ncandidates = "false"\n', "candidates must be true or false, got 'false'"),
+    "vision bootstrap -1": ("[vision]\nbootstrap = -1\n", "bootstrap must be from 0 (no interval) to 10000, got -1"),
+    "vision bootstrap 2.5": ("[vision]\nbootstrap = 2.5\n", "bootstrap must be an integer, got 2.5"),
+    "vision conditions a number": ("[vision]\nconditions = 5\n", "[vision] conditions must be a list of names"),
+    "vision conditions twice": ('[vision]\nconditions = "jpeg, jpeg"\n', "names 'jpeg' more than once"),
+    "vision clean among conditions": ('[vision]\nconditions = ["clean", "jpeg"]\n', "leave it out of them"),
+    "vision clean empty": ('[vision]\nclean = " "\n', "[vision] clean = ' ' is empty"),
+    "vision model_order a number": ("[vision]\nmodel_order = 2\n", "[vision] model_order must be a list of names"),
+    "vision suite unknown": ('[vision]\nsuites = "all, every"\n', "choose from all, each, severity"),
+    "baseline seeds 2.5": ("[jarvis.probe_baseline]\nseeds = 2.5\n",
+                           "[jarvis.probe_baseline]: seeds must be an integer, got 2.5"),
+    "baseline support text": ('[jarvis.probe_baseline]\nmin_support = "3"\n', "min_support must be an integer, got '3'"),
+    "baseline fraction text": ('[jarvis.probe_baseline]\ncalibration_fraction = "0.7"\n',
+                               "calibration_fraction must be a number, got '0.7'"),
+    "baseline fraction 1": ("[jarvis.probe_baseline]\ncalibration_fraction = 1.0\n",
+                            "[jarvis.probe_baseline]: calibration_fraction must lie in (0, 1)"),
+    "baseline seeds 0": ("[jarvis.probe_baseline]\nseeds = 0\n", "[jarvis.probe_baseline]: seeds must be from 1"),
+    "baseline window rule": ('[jarvis.probe_baseline]\nfiber_rule = "knn:5"\n', "fiber_rule knn:5 is a window"),
+    "baseline key typo": ("[jarvis.probe_baseline]\nsead = 3\n", "'sead': did you mean 'seeds'?"),
+    "baseline not a table": ("[jarvis]\nprobe_baseline = 3\n", "[jarvis.probe_baseline] must be a table"),
+    "by_position text": ('[jarvis]\nby_position = "false"\n', "[jarvis]: by_position must be true or false, got 'false'"),
+    "by_position without replay": ("[jarvis]\nby_position = true\n", "add one"),
+    "matbench seeds 2.5": ('[[matbench.completion]]\naudits = ["a1"]\nprobes = ["p1"]\nseeds = 2.5\n',
+                           "[[matbench.completion]] #1: seeds must be an integer, got 2.5"),
+    "matbench fraction text": ('[[matbench.completion]]\naudits = ["a1"]\nprobes = ["p1"]\n'
+                               'calibration_fraction = "0.5"\n', "calibration_fraction must be a number, got '0.5'"),
+    "matbench unknown audit": ('[[matbench.completion]]\naudits = ["zz"]\nprobes = ["p1"]\n', "no audit 'zz'"),
+    "matbench seeds 0": ('[[matbench.completion]]\naudits = ["a1"]\nprobes = ["p1"]\nseeds = 0\n',
+                         "[[matbench.completion]] #1: seeds must be from 1"),
 }
 
 
@@ -121,3 +158,27 @@ def test_cli_duplicate_prices_and_empty_lists_are_errors(data: Path, tmp_path: P
         result = CliRunner().invoke(cli, args, env=env)
         assert result.exit_code == 2, (args, result.output)
         assert expected in result.output, (args, result.output)
+
+
+@pytest.mark.parametrize("name", ["jarvis", "matbench", "matbench-discovery", "spin_defects", "tox21", "vision"])
+def test_builtin_specs_pass_their_section_checks(name: str) -> None:
+    """The checks refuse mistakes, not the shipped specs: each built-in spec validates, typed as written."""
+    from dcaudit.pipelines.stages import validate_spec
+    from dcaudit.spec import load_spec
+
+    spec = load_spec(name)
+    validate_spec(spec)
+    if name == "matbench":
+        from dcaudit.pipelines.matbench import parse_matbench_section
+
+        section = parse_matbench_section(spec.sections["matbench"], spec)
+        assert len(section.completions) == 12  # two entries of six audits each
+        assert {(c.seeds, c.random_draws, c.policies) for _, c in section.completions} == {
+            (10, 5, ("response_rank", "random", "oracle"))}
+        assert all(c.min_support == task.min_support for task, c in section.completions)
+    if name == "vision":
+        from dcaudit.audits.vision import VisionConfig
+
+        cfg = VisionConfig.from_section(spec.sections["vision"])
+        assert (cfg.suites, cfg.confidence_bins, cfg.min_support, cfg.bootstrap) == (
+            ("all", "severity", "each"), 10, 1, 1000)
