@@ -45,10 +45,12 @@ from dcaudit.connectors.vision_models import (
 )
 from dcaudit.connectors.vision_predictions import CLEAN, image_evidence_sql
 from dcaudit.errors import SpecError
-from dcaudit.storage import regular_file, write_table_atomic
+from dcaudit.storage import cached_table, recorded_sha256, write_table_atomic
+
+DERIVED_KEY = "dcaudit.derived_key"  # metadata entry: what a derived table was made from (see _derived)
 
 
-def write_images_table(predictions: dict[str, Path], out: Path) -> Path:
+def write_images_table(predictions: dict[str, Path], out: Path, key: str = "") -> Path:
     """``images.parquet``: per (dataset, split, model, image) evidence and ``robust`` (correct on clean
     and on every corruption; NULL when a corruption is missing and none is wrong) — the table a plain
     ``[[audits]]`` entry can audit, with split and model inside the fiber key."""
@@ -69,7 +71,7 @@ def write_images_table(predictions: dict[str, Path], out: Path) -> Path:
         table = con.sql(" UNION ALL ".join(parts) + " ORDER BY dataset, split, model, image_id").to_arrow_table()
     finally:
         con.close()
-    write_table_atomic(table, out, {"dcaudit.normaliser": NORMALISER,
+    write_table_atomic(table, out, {"dcaudit.normaliser": NORMALISER, DERIVED_KEY: key,
                                     "dcaudit.derived_from": json.dumps({k: p.name for k, p in predictions.items()})})
     return out
 
@@ -118,7 +120,7 @@ def vision_findings(predictions: dict[str, Path], images: Path) -> pl.DataFrame:
     return findings.from_rows(found)
 
 
-def write_pixels_table(protocol: DigitsProtocol, out: Path) -> Path:
+def write_pixels_table(protocol: DigitsProtocol, out: Path, key: str = "") -> Path:
     """``digits-pixels.parquet``: the clean image and its corruptions (image_id, condition, 8 x 8 pixels in
     [0, 1]) — what the report's explorer draws as thumbnails next to each member's predictions."""
     images, _ = digits_images()
@@ -132,7 +134,7 @@ def write_pixels_table(protocol: DigitsProtocol, out: Path) -> Path:
         "height": pa.array(np.full(n, images.shape[1], dtype=np.int32)),
         "width": pa.array(np.full(n, images.shape[2], dtype=np.int32)),
     }) for name, pix in conditions.items()]
-    write_table_atomic(pa.concat_tables(parts), out)
+    write_table_atomic(pa.concat_tables(parts), out, {"dcaudit.normaliser": NORMALISER, DERIVED_KEY: key})
     return out
 
 
@@ -166,10 +168,10 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
             protocol = replace(protocol, models=tuple(digits_models))
         path, digest, reused = digits_predictions(settings, protocol, n_jobs=n_jobs)
         tables["digits"] = path
-        pixels = settings.tables_dir / "vision" / (
-            f"digits-pixels-{hashlib.sha256(repr((digest, protocol)).encode()).hexdigest()[:12]}.parquet")
-        if not regular_file(pixels, "the derived table"):
-            write_pixels_table(protocol, pixels)
+        pixels_key = hashlib.sha256(repr((digest, protocol)).encode()).hexdigest()
+        pixels = settings.tables_dir / "vision" / f"digits-pixels-{pixels_key[:12]}.parquet"
+        if not _derived(pixels, pixels_key):
+            write_pixels_table(protocol, pixels, pixels_key)
         pixel_tables = {"digits-pixels": pixels}
         inputs["sklearn.load_digits"] = digest
         notes.append(f"vision-digits: {'reused' if reused else 'fitted'} {protocol.n_splits} splits × "
@@ -183,18 +185,29 @@ def prepare(settings: Settings, options: Options | None = None) -> PreparedSourc
         notes.append(f"vision-mnist-c: {'reused' if reused else 'fitted'} {path.name}; models trained on "
                      f"{mp.train_size} MNIST *test* images (no training set in the mirror), evaluated on "
                      f"the other {10000 - mp.train_size}; clean accuracy {accs}")
-    key = hashlib.sha256(json.dumps({k: p.name for k, p in tables.items()}, sort_keys=True).encode()).hexdigest()
+    # The per-image table and its findings are made from the predictions tables' bytes (as noted when they
+    # were written and checked intact above), so a predictions table made again means these are made again.
+    key = hashlib.sha256(json.dumps({k: [p.name, recorded_sha256(p)] for k, p in tables.items()},
+                                    sort_keys=True).encode()).hexdigest()
     images = settings.tables_dir / "vision" / f"images-{key[:12]}.parquet"
-    if not regular_file(images, "the derived table"):
-        write_images_table(tables, images)
+    if not _derived(images, key):
+        write_images_table(tables, images, key)
     found = images.with_name(f"findings-{key[:12]}.parquet")
-    if not regular_file(found, "the derived table"):
-        write_table_atomic(findings.to_arrow(vision_findings(tables, images)), found)
+    if not _derived(found, key):
+        write_table_atomic(findings.to_arrow(vision_findings(tables, images)), found,
+                           {"dcaudit.normaliser": NORMALISER, DERIVED_KEY: key})
     tables["images"] = images
     if "digits" in datasets:
         tables.update(pixel_tables)  # thumbnails for the report; not a predictions table
     return PreparedSource(name="vision", tables=tables, inputs=inputs, findings=found, notes=tuple(notes),
                           sources=MNIST_SOURCES if "mnist-c" in datasets else ())
+
+
+def _derived(path: Path, key: str) -> bool:
+    """A derived table to reuse: it reads, holds the bytes it was written with, and was made from ``key`` by
+    this normaliser (a table merely present there — half-copied, edited, left by an older version — is made
+    again; a directory there is a NotAFileError naming it)."""
+    return cached_table(path, key, NORMALISER, key_field=DERIVED_KEY)
 
 
 CONNECTOR = SourceConnector("vision", Options, MNIST_SOURCES, prepare)

@@ -329,6 +329,15 @@ def table_intact(path: Path) -> bool:
     return False
 
 
+def recorded_sha256(path: Path) -> str:
+    """The sha256 a derived table was written with (its digest note), for keying what is derived from it;
+    computed from the file when the note is missing or does not match the file (:func:`table_intact`)."""
+    if table_intact(path):
+        with contextlib.suppress(OSError, ValueError):
+            return _digest_path(path).read_text().split("\n")[1]
+    return sha256_file(path)
+
+
 def conform(name: str, table: pa.Table) -> pa.Table:
     """Cast the declared columns of package table ``name`` to their declared types.
 

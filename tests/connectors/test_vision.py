@@ -313,3 +313,37 @@ def test_an_mnist_mirror_file_that_is_a_directory_is_named(tmp_path: Path) -> No
                         offline=True)
     with pytest.raises(NotAFileError, match=f"{blocked} is a directory, not a file"):
         vm.load_mnist_test(settings)
+
+
+def test_derived_vision_tables_are_reused_only_when_intact_and_made_from_these_predictions(tmp_path: Path) -> None:
+    """images-, findings- and digits-pixels-*.parquet were reused because a file was there: a damaged or
+    stale one (another predictions table, an older version's) went into the audit as it was."""
+    from dcaudit.config import Settings
+    from dcaudit.connectors import vision
+    from dcaudit.storage import read_table, write_table_atomic
+
+    settings = Settings(home=tmp_path / "home", mirror=None, memory_limit="2GB", threads=1, offline=True)
+    options = vision.Options(datasets=("digits",), digits_splits=1, digits_models=("gaussian_nb",), n_jobs=1)
+    prepared = vision.prepare(settings, options)
+    derived = {name: prepared.tables[name] for name in ("images", "digits-pixels")} | {"findings": prepared.findings}
+    good = {name: read_table(path) for name, path in derived.items()}
+    for name, path in derived.items():
+        # a flipped byte: the file no longer holds what was written, so it is made again
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        assert vision.prepare(settings, options).tables.get(name, path) == path
+        assert read_table(path).equals(good[name]), name
+        # a readable table with its own digest note, but not made from these inputs (no key): made again
+        write_table_atomic(good[name].slice(0, 1).replace_schema_metadata(None), path)
+        vision.prepare(settings, options)
+        assert read_table(path).equals(good[name]), name
+    # the per-image table is keyed by the predictions' bytes: a predictions table made again (other bytes)
+    # gives another per-image table rather than the one derived from the former predictions
+    predictions = prepared.tables["digits"]
+    table = read_table(predictions)
+    write_table_atomic(table, predictions, {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+                       | {"dcaudit.timings": "{}"})
+    again = vision.prepare(settings, options)
+    assert again.tables["images"] != prepared.tables["images"]
+    assert read_table(again.tables["images"]).equals(good["images"])
