@@ -8,7 +8,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench bench-1e8 audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
+.PHONY: help install lock test lint bench bench-1e8 bench-deepchecks audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,12 @@ bench: install  ## performance benchmarks (1e6, 1e7 synthetic + Tox21/JARVIS) ->
 
 bench-1e8: install  ## fiber audit of 1e8 candidates x 8 binary columns (DuckDB memory_limit 8GB, spills beyond)
 	$(PY) bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas --memory-limit 8GB
+
+DEEPCHECKS_VENV := $(DCAUDIT_HOME)/bench/deepchecks-venv
+bench-deepchecks: install  ## dcaudit vs deepchecks ConflictingLabels (its own venv: bench/peers/deepchecks.lock)
+	test -x $(DEEPCHECKS_VENV)/bin/python || $(UV) venv -q -p 3.11 $(DEEPCHECKS_VENV)
+	$(UV) pip install -q --python $(DEEPCHECKS_VENV)/bin/python -r bench/peers/deepchecks.lock
+	$(PY) bench/deepchecks_peer.py --python $(DEEPCHECKS_VENV)/bin/python
 
 audit-tox21: install  ## Tox21: do the 7 NR assays decide SR-p53? (evidence package in workspace/runs)
 	$(DCAUDIT) run tox21

@@ -55,13 +55,35 @@ def main() -> None:
         ours = next((engines[e] for e in OURS if e in engines), None)
         pandas = next((engines[e] for e in ("pandas", "pandas-script") if e in engines), None)
         polars = next((engines[e] for e in ("polars", "polars-script") if e in engines), None)
-        if ours is None:
+        if ours is None or "conflicting_labels" in bench:  # those have a table of their own, below
             continue
         size = f"{n:.0e}".replace("+0", "").replace("+", "") if n else "—"
         loads = [r["load_avg"] for r in (ours, pandas, polars) if r and r["load_avg"] is not None]
         load = f"{max(loads):.1f}" if loads else "—"
         print(f"| {bench} | {size} | {_cell(ours)} | {_cell(pandas)} | {_cell(polars)} | {_ratio(ours, pandas)} | "
               f"{_ratio(ours, polars)} | {load} | {ours['recorded_at']:%Y-%m-%d} |")
+    _deepchecks_table(by)
+
+
+def _deepchecks_table(by: dict[tuple, dict[str, dict]]) -> None:
+    """bench/deepchecks_peer.py's rows: the same complete cases, ConflictingLabels' share = the ambiguous share."""
+    rows = [(bench, n, engines) for (bench, n), engines in by.items() if "conflicting_labels" in bench
+            and any(e.startswith("deepchecks") for e in engines)]
+    if not rows:
+        return
+    print("\n| against deepchecks ConflictingLabels | n | dcaudit | deepchecks | deepchecks / dcaudit: wall / CPU | "
+          "ambiguous = conflicting | load | recorded |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for bench, n, engines in rows:
+        ours = next((engines[e] for e in OURS if e in engines), None)
+        peer = next((engines[e] for e in ("deepchecks", "deepchecks-script") if e in engines), None)
+        if ours is None or peer is None:
+            continue
+        checks = json.loads(ours["settings"] or "{}")
+        agree = f"{checks['ambiguous']:,} of {checks['audited']:,}" if "ambiguous" in checks else "—"
+        size = f"{n:.0e}".replace("+0", "").replace("+", "") if n else "Tox21"
+        print(f"| {bench} | {size} | {_cell(ours)} | {_cell(peer)} | {_ratio(ours, peer)} | {agree} | "
+              f"{ours['load_avg']:.1f} | {ours['recorded_at']:%Y-%m-%d} |")
 
 
 if __name__ == "__main__":
