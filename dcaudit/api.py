@@ -32,6 +32,8 @@ from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
 from dcaudit.inputs import ROW, Duplicates
+from dcaudit.source_query import LABEL as QUERY_LABEL
+from dcaudit.source_query import SourceQuery
 from dcaudit.spec import AuditTask, check_keys, split_names, typed_fields
 from dcaudit.storage import check_out_dir
 
@@ -71,7 +73,9 @@ class Frames(Mapping[str, "pl.DataFrame"]):
             frame = pl.from_arrow(plain_strings(self._arrow[name]))  # text, as the package file reads back
             assert isinstance(frame, pl.DataFrame)
             self._frames[name] = frame
-        return self._frames[name]
+        # a shallow copy (no data is copied): what a caller does to it in place (drop_in_place, insert_column,
+        # df[i, col] = v, df.columns = …) never reaches this result's later reads, mixed() or the repr
+        return self._frames[name].clone()
 
     def __contains__(self, name: object) -> bool:  # Mapping's own would convert the table to test for it
         return name in self._arrow
@@ -92,10 +96,82 @@ class Frames(Mapping[str, "pl.DataFrame"]):
         return self._arrow[name].num_rows
 
 
-@dataclass(frozen=True, repr=False)
+_READ_ONLY = "a Result's manifest is read-only (save() writes it); copy.deepcopy(result.manifest) is an editable copy"
+
+
+class FrozenDict(dict):
+    """A dict that refuses changes: a Result's manifest, which ``save()`` writes into the package. Still a dict
+    (``isinstance(m, dict)``, ``json.dumps``); ``copy.deepcopy`` gives a plain, editable one."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError(_READ_ONLY)
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        import copy
+
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self),))
+
+
+class FrozenList(list):
+    """A list that refuses changes (inside a :class:`FrozenDict`); ``copy.deepcopy`` gives a plain one."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError(_READ_ONLY)
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = \
+        sort = reverse = _refuse
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        import copy
+
+        return [copy.deepcopy(v, memo) for v in self]
+
+    def __reduce__(self) -> Any:
+        return (list, (list(self),))
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict and list in it read-only (a copy: the caller's own objects stay editable)."""
+    if isinstance(value, Mapping):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        items = [freeze(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else FrozenList(items)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The plain, editable form of a :func:`freeze` d value."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [thaw(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
+
+
+# eq=False: equality is identity (field-wise equality would compare DataFrames, whose truth is ambiguous)
+@dataclass(frozen=True, repr=False, eq=False)
 class Result:
     """The evidence package of one run, as polars DataFrames (``summary``, ``fibers``, ``candidates``, and
-    ``replay`` / ``completion`` / ``sensitivity`` / ``findings`` / … where the run made them)."""
+    ``replay`` / ``completion`` / ``sensitivity`` / ``findings`` / … where the run made them). Read-only: the
+    fields cannot be set, the manifest cannot be changed, and each table read is a frame of its own (changing
+    it in place changes nothing in the result or in what ``save()`` writes)."""
 
     tables: Mapping[str, pl.DataFrame]
     notes: tuple[str, ...] = ()
@@ -103,6 +179,10 @@ class Result:
     package_dir: Path | None = None       # where the package is on disk (recorded, saved or loaded)
     manifest: Mapping[str, Any] = field(default_factory=dict)
     reused_from: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "manifest", freeze(self.manifest))
+        object.__setattr__(self, "notes", tuple(self.notes))
 
     def table(self, name: str) -> pl.DataFrame | None:
         return self.tables.get(name)
@@ -168,7 +248,8 @@ class Result:
             raise SpecError(f"save({path!r}): give a directory path for the evidence package")
         if not isinstance(force, bool):   # force="no" would be true
             raise SpecError(f"save(force={force!r}): force is True or False")
-        target = Path(path)
+        target = Path(path).expanduser()   # "~/pkg" is the home's pkg, never a folder named "~" here
+        _probe(target, "save()")
         if target.exists() and not target.is_dir():
             raise SpecError(f"{target} is a file; give a directory for the evidence package")
         # force=True replaces what is there: never the workspace, what holds it, or its runs, records, tables
@@ -176,10 +257,14 @@ class Result:
         if target.exists() and any(target.iterdir()) and not force:
             raise SpecError(f"{target} exists and is not empty; pass force=True (--force) to replace it")
         run_id = self.run_id or _new_run_id("result")
-        manifest = {k: v for k, v in self.manifest.items() if k not in ("run_id", "row_counts", "files")}
+        manifest = {k: thaw(v) for k, v in self.manifest.items() if k not in ("run_id", "row_counts", "files")}
         manifest.setdefault("notes", list(self.notes))
-        write_package(target, run_id, {k: self.arrow(k) for k in self.tables}, manifest,
-                      replace_existing=target.exists())
+        tables = {k: self.arrow(k) for k in self.tables}
+        _check_package_tables(tables)   # a package load() would refuse is never written
+        try:
+            write_package(target, run_id, tables, manifest, replace_existing=target.exists())
+        except ValueError as exc:       # a column of a type its table does not allow (text in a count)
+            raise SpecError(f"save(): {exc}") from None
         return target
 
     def __repr__(self) -> str:
@@ -194,6 +279,12 @@ class Result:
                 lines.append(f"  … {self.summary.height - 11} more audits")
                 break
         lines.append(f"  tables: {', '.join(f'{k} ({self.arrow(k).num_rows})' for k in self.tables)}")  # type: ignore[union-attr]
+        # what the run noticed (leakage, exclusions, kept duplicates) belongs in the text view too, one line each
+        for note in self.notes[:_REPR_NOTES]:
+            text = " ".join(str(note).split())
+            lines.append(f"  note: {text[:_REPR_NOTE_CHARS - 1] + '…' if len(text) > _REPR_NOTE_CHARS else text}")
+        if len(self.notes) > _REPR_NOTES:
+            lines.append(f"  … {len(self.notes) - _REPR_NOTES} more notes (result.notes)")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -205,6 +296,26 @@ class Result:
             return f"<pre>{html.escape(repr(self))}</pre>"
         return render_html({k: self.arrow(k) for k in self.tables}, title=self.run_id or "dcaudit result",
                            notes=self.notes)
+
+
+def _check_package_tables(tables: Mapping[str, pa.Table]) -> None:
+    """Tables a package can hold: known names, each with the columns its readers need (a result rebuilt with
+    ``dataclasses.replace`` may have lost one); SpecErrors naming the table."""
+    from dcaudit.storage import PACKAGE_TABLES, REQUIRED_COLUMNS
+
+    unknown = sorted(set(tables) - set(PACKAGE_TABLES))
+    if unknown:
+        raise SpecError(f"save(): {', '.join(map(repr, unknown))} is no evidence-package table; a package holds "
+                        f"{', '.join(PACKAGE_TABLES)}")
+    for name, table in tables.items():
+        missing = [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in table.column_names]
+        if missing:
+            raise SpecError(f"save(): the {name} table lacks column(s) {', '.join(map(repr, missing))}, so load() "
+                            "could not read the package back")
+
+
+_REPR_NOTES = 5          # notes shown by repr(result); result.notes has them all
+_REPR_NOTE_CHARS = 200
 
 
 def _pct(value: float | None) -> str:
@@ -241,7 +352,8 @@ def _settings(settings: Settings | None) -> Settings:
     if settings is not None and not isinstance(settings, Settings):
         raise SpecError(f"settings = {settings!r}: give a dcaudit.config.Settings (load_settings(), then "
                         "dataclasses.replace or .with_overrides), or None for the environment's")
-    return settings if settings is not None else load_settings()
+    # (Settings(home="~/ws") is the home's ws already: Settings expands "~" however it is built)
+    return load_settings() if settings is None else settings
 
 
 def _new_run_id(name: str) -> str:
@@ -251,6 +363,8 @@ def _new_run_id(name: str) -> str:
 
 
 def _source_label(data: object) -> str:
+    if isinstance(data, SourceQuery):
+        return QUERY_LABEL
     if isinstance(data, str | Path):
         return str(data)
     module = type(data).__module__.split(".")[0]
@@ -264,6 +378,8 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 def adhoc_name(data: object) -> str:
     """The spec name of an ad-hoc audit: the file's stem plus a digest of its whole path, so two files with
     the same stem (``good.csv.gz``, ``good.parquet``) never share a lock, an identity or a ``runs --diff``."""
+    if isinstance(data, SourceQuery):  # runs of one query share a name (runs --diff, locks, load)
+        return f"query-{hashlib.sha256(data.sql.encode()).hexdigest()[:8]}"
     if not isinstance(data, str | Path):
         return defaults.FRAME_SPEC
     path = Path(data)
@@ -282,13 +398,45 @@ def evidence_list(evidence: str | Sequence[str], what: str = "evidence") -> list
     would change from one process to the next — and anything else is no list of names: SpecErrors."""
     if isinstance(evidence, str):
         return split_names(evidence)
+    array = _array_names(evidence)   # df.columns[1:], a Series or a numpy array of names: ordered, as a list
+    if array is not None:
+        evidence = array
     if isinstance(evidence, set | frozenset | dict) or not isinstance(evidence, Sequence):
         kind = "a set has no order, and the order of the evidence is part of every fiber key" \
-            if isinstance(evidence, set | frozenset | dict) else f"not {type(evidence).__name__} {evidence!r}"[:120]
-        raise SpecError(f"{what}: give one name, a comma-separated string or a list of names; {kind}")
+            if isinstance(evidence, set | frozenset | dict) else f"not {type(evidence).__name__} {_one_line(evidence)}"
+        raise SpecError(f"{what}: give one name, a comma-separated string or a list of names; {kind}"[:240])
     if not all(isinstance(c, str) for c in evidence):
-        raise SpecError(f"{what}: the names must be strings, got {list(evidence)!r}"[:200])
+        raise SpecError(f"{what}: the names must be strings, got {_one_line(list(evidence), 200)}")
     return list(evidence)
+
+
+def _array_names(value: object) -> list[Any] | None:
+    """The items of a one-dimensional numpy array, pandas Index or Series, polars Series or Arrow array, in
+    their order; None for anything else (a frame is no list of names)."""
+    if type(value).__module__.split(".")[0] not in ("numpy", "pandas", "polars", "pyarrow") \
+            or "Frame" in type(value).__name__ or getattr(value, "ndim", 1) != 1:
+        return None
+    for method in ("tolist", "to_list", "to_pylist"):
+        to_list = getattr(value, method, None)
+        if callable(to_list):
+            items = to_list()
+            return items if isinstance(items, list) else None
+    return None
+
+
+def _listed(value: object) -> object:
+    """An option's value in its spec form: a tuple, or a 1-D numpy / pandas / polars / Arrow array (prices from
+    ``np.linspace``), is a list; anything else as given."""
+    if isinstance(value, tuple):
+        return list(value)
+    array = _array_names(value)
+    return value if array is None else array
+
+
+def _one_line(value: object, limit: int = 120) -> str:
+    """A value's repr in one line of at most ``limit`` characters (a Series' repr spans many)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | None, fiber_rule: str,
@@ -299,9 +447,14 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
     if data is None:
         raise SpecError("the data is None: give a path (CSV, CSV.gz, TSV, Parquet or a Parquet glob) or a frame "
                         "(polars, pandas, Arrow, a DuckDB relation)")
+    if isinstance(data, str | Path):   # "~/data.csv" is the home's, as in a shell
+        data = _user_path(data) if isinstance(data, str) else Path(_user_path(data))
+        if "\x00" in str(data):
+            raise SpecError(f"the data path {_one_line(str(data), 100)} holds a NUL character, which no file name can")
     if id is not None and (not isinstance(id, str) or not id.strip()):
         raise SpecError(f"id = {id!r}: name the candidate id column, or leave id out to number the rows")
-    source: dict[str, Any] = {"path": _source_label(data), "id": id or ROW}
+    source: dict[str, Any] = ({"query": data.sql} if isinstance(data, SourceQuery) else {"path": _source_label(data)})
+    source["id"] = id or ROW
     if duplicates != defaults.DUPLICATES:
         source["duplicates"] = duplicates
     raw = {"name": name or adhoc_name(data), "source": source,
@@ -312,10 +465,25 @@ def _spec(data: object, *, evidence: str | Sequence[str], claim: str, id: str | 
 
 
 def _input_paths(spec: PipelineSpec, data: object) -> list[Path]:
-    """The files (or, for a glob, the folder) a run reads, which no --out may replace."""
+    """The files (or, for a glob, the folder) a run reads, which no --out may replace. A query's files are
+    DuckDB's to find; its rows are read whole before any package is written."""
+    if isinstance(data, SourceQuery) or spec.query is not None:
+        return []
     named = data if isinstance(data, str | Path) else spec.source
     path = Path(named)
     return [path.parent if any(ch in path.name for ch in "*?[") else path]
+
+
+def _flags(**flags: object) -> list[bool]:
+    """The yes/no keywords as bools: ``record="no"`` would be true (and record the run), so anything but a
+    bool (or a numpy bool) is a SpecError naming the keyword."""
+    values = []
+    for name, value in flags.items():
+        if not isinstance(value, bool) and not (type(value).__module__ == "numpy"
+                                                and type(value).__name__ in ("bool", "bool_")):
+            raise SpecError(f"{name} = {value!r}: give True or False"[:200])
+        values.append(bool(value))
+    return values
 
 
 def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
@@ -323,14 +491,16 @@ def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, rec
              report: bool = True) -> Result:
     from dcaudit.pipelines import runner
 
+    record, force, quiet, report = _flags(record=record, force=force, quiet=quiet, report=report)
     s = _settings(settings)
     runner.check_engine(engine)
     if record or out is not None:
         if out is not None and not isinstance(out, str | os.PathLike):
             raise SpecError(f"out = {out!r}: give a directory path for the evidence package")
-        out_dir = Path(out) if out is not None else None
+        out_dir = Path(out).expanduser() if out is not None else None
         empty = False
         if out_dir is not None:
+            _probe(out_dir, "out =")
             if out_dir.exists() and not out_dir.is_dir():
                 raise SpecError(f"--out {out_dir} is a file; give a directory for the evidence package")
             check_out_dir(out_dir, s.home, inputs=_input_paths(spec, data))
@@ -393,10 +563,8 @@ def replay(data: object, *, evidence: str | Sequence[str], claim: str, id: str |
     allowed = set(_defaults_of(ReplayConfig)) - {"min_support"}
     check_keys(config, allowed, "replay()", what="option")
     support = min_support if min_support is not None else default_min_support(windowed=tolerance is not None)
-    section: dict[str, Any] = {**config, "min_support": support}
-    if isinstance(section.get("prices"), tuple):  # the spec form is a list; one number is a list of one
-        section["prices"] = list(section["prices"])
-    elif isinstance(section.get("prices"), int | float) and not isinstance(section["prices"], bool):
+    section: dict[str, Any] = {**{k: _listed(v) for k, v in config.items()}, "min_support": support}
+    if isinstance(section.get("prices"), int | float) and not isinstance(section["prices"], bool):
         section["prices"] = [section["prices"]]
     if tolerance is not None:
         section["tolerance"] = tolerance
@@ -422,7 +590,7 @@ def complete(data: object, *, evidence: str | Sequence[str], claim: str, probes:
     check_keys(config, allowed, "complete()", what="option")
     support = typed_fields(CompletionConfig, {"min_support": config.get("min_support", CompletionConfig.min_support)},
                            "complete()")["min_support"]
-    section: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+    section: dict[str, Any] = {k: _listed(v) for k, v in config.items()}
     section["probes"] = evidence_list(probes, "probes")
     costs = section.get("costs")
     if isinstance(costs, list | tuple):  # pairs from Python: the spec form is a table probe -> price
@@ -448,7 +616,11 @@ def sensitivity(data: object, *, evidence: str, claim: str, id: str | None = Non
     if rules is not None:
         section["rules"] = [rules] if isinstance(rules, str) else evidence_list(rules, "rules")
     if tolerances is not None:
-        section["tolerances"] = [tolerances] if isinstance(tolerances, str | int | float) else list(tolerances)
+        if isinstance(tolerances, set | frozenset | Mapping):   # no order (a dict would give its keys)
+            raise SpecError(f"tolerances = {tolerances!r}: give one tolerance or a list of them; a set or dict "
+                            "has no order of its own"[:200])
+        section["tolerances"] = [tolerances] if isinstance(tolerances, str | int | float) else \
+            list(_listed(tolerances))  # type: ignore[call-overload]
     if reference is not None:
         section["reference"] = reference
     columns = evidence_list(evidence if evidence is not None else [])
@@ -492,27 +664,120 @@ def run(spec: str | Path, *, force: bool = False, settings: Settings | None = No
     from dcaudit.pipelines.runner import run_spec
     from dcaudit.spec import load_spec
 
-    return _from_run(run_spec(load_spec(str(spec)), _settings(settings), reuse=not force, quiet=quiet,
+    force, quiet, report = _flags(force=force, quiet=quiet, report=report)   # force="no" would rerun
+    if not isinstance(spec, str | os.PathLike):
+        raise SpecError(f"run({spec!r}): give a built-in spec name (`dcaudit specs` lists them) or a spec file")
+    return _from_run(run_spec(load_spec(_user_path(spec)), _settings(settings), reuse=not force, quiet=quiet,
                               engine=engine, report=report))
+
+
+def _probe(path: Path, what: str) -> None:
+    """Asking about ``path`` works: a name too long, or a parent that cannot be searched, is a SpecError here
+    instead of an OSError from the first ``exists()``."""
+    if "\x00" in os.fspath(path):   # no file name holds one (Path.exists() would say False, open() raise)
+        raise SpecError(f"{what} {_one_line(os.fspath(path), 100)}: a path cannot hold a NUL character")
+    try:
+        path.exists()
+        (path / "manifest.json").is_file()
+    except OSError as exc:
+        raise SpecError(f"{what} {_one_line(os.fspath(path), 100)}: {exc.strerror or exc}; give another path") from None
+
+
+def _user_path(path: str | os.PathLike[str]) -> str:
+    """A path as the user means it: ``~/x`` is the home's x (a spec name or run id never starts with ``~``)."""
+    return os.path.expanduser(os.fspath(path))
 
 
 def load(package: str | Path, *, settings: Settings | None = None) -> Result:
     """An evidence package back as a :class:`Result`: a package directory, a run id, or a spec name (its
     latest run). The tables equal those that were saved."""
-    from dcaudit.storage import read_manifest, read_table, verify_package
-
-    if not isinstance(package, str | os.PathLike):
+    if not isinstance(package, str | os.PathLike) or not os.fspath(package).strip():  # "" would be "."
         raise SpecError(f"load({package!r}): give a package directory, a run id or a spec name")
     from dcaudit.catalog import Catalog
 
-    path = Catalog(_settings(settings)).package_dir(str(package))
-    damaged = verify_package(path, columns=True)
-    if damaged:
-        raise SpecError(f"the package is damaged: {'; '.join(damaged)}")
-    manifest = read_manifest(path)
-    tables = {p.stem: read_table(p) for p in sorted(path.glob("*.parquet"))}
-    return _result(tables, notes=manifest.get("notes", ()), run_id=manifest.get("run_id"), package_dir=path,
-                   manifest=manifest)
+    name = _user_path(package)
+    given = Path(name)
+    _probe(given, "load():")
+    if isinstance(package, os.PathLike) or os.sep in name:  # a path: a run id or spec name has no slash
+        if not given.exists():
+            raise SpecError(f"load({os.fspath(package)!r}): no such package directory")
+        if not given.is_dir():
+            raise SpecError(f"load({os.fspath(package)!r}) is a file; give the package's directory")
+        if not (given / "manifest.json").is_file():
+            raise SpecError(f"load({os.fspath(package)!r}): the directory has no manifest.json, so it is no evidence "
+                            "package (a package directory, a run id or a spec name; `dcaudit runs` lists runs)")
+    path = Catalog(_settings(settings)).package_dir(name)
+    manifest, tables, ignored = _read_package(path)
+    notes = list(manifest.get("notes", ()))
+    if ignored:
+        notes.append(f"load: {', '.join(ignored)} not read: not a table this package was written with")
+    return _result(tables, notes=notes, run_id=manifest.get("run_id"), package_dir=path, manifest=manifest)
+
+
+_LOAD_ATTEMPTS = 5       # reads of a package that another process replaces meanwhile (save(force=True), --force)
+_LOAD_PAUSE = 0.05       # seconds between them
+
+
+def _read_package(path: Path) -> tuple[dict[str, Any], dict[str, pa.Table], list[str]]:
+    """The manifest and tables of the package at ``path``, all of one package: a package is replaced whole
+    (a new directory renamed into place), so a read that overlaps a replacement could mix the old manifest
+    with new tables. A read counts when the manifest is the same before and after it, every table it lists
+    was read and each table's run_id is the manifest's; otherwise it is read again. Also returns the Parquet
+    files not read (not listed in the manifest, or no package table)."""
+    import time
+
+    from dcaudit.storage import PACKAGE_TABLES, read_manifest, read_table, verify_package
+
+    manifest_file = path / "manifest.json"
+    for attempt in range(_LOAD_ATTEMPTS):
+        last = attempt == _LOAD_ATTEMPTS - 1
+        try:
+            before = manifest_file.read_bytes()
+            damaged = verify_package(path, columns=True)
+            # damaged twice over one manifest: damaged, not being replaced (the first time may be a replacement)
+            if damaged and (last or attempt > 0 and manifest_file.read_bytes() == before):
+                raise SpecError(f"the package is damaged: {'; '.join(damaged)}")
+            if not damaged:
+                manifest = read_manifest(path)
+                _check_manifest(manifest, manifest_file)
+                listed = manifest.get("files")   # the tables the package was written with
+                tables, ignored = {}, []
+                for file in sorted(path.glob("*.parquet")):
+                    if file.stem in PACKAGE_TABLES and (not isinstance(listed, Mapping) or file.name in listed):
+                        tables[file.stem] = read_table(file)
+                    else:
+                        ignored.append(file.name)
+                complete = not isinstance(listed, Mapping) or all(
+                    Path(n).stem in tables for n in listed if n.endswith(".parquet"))
+                stable = complete and manifest_file.read_bytes() == before
+                others = _other_runs(tables, manifest.get("run_id"))
+                if stable and not others:
+                    return manifest, tables, ignored
+                if stable and last:   # the same every time: written so, not being replaced
+                    raise SpecError(f"the package is damaged: {', '.join(others)} carry another run_id than "
+                                    f"{manifest_file} ({manifest.get('run_id')!r})")
+        except (FileNotFoundError, NotADirectoryError):   # files gone midway: the package is being replaced
+            if last:
+                break
+        time.sleep(_LOAD_PAUSE)
+    raise SpecError(f"{path} changed while it was read, {_LOAD_ATTEMPTS} times (another process replacing the "
+                    "package?); load it again once that is done")
+
+
+def _check_manifest(manifest: Mapping[str, Any], where: Path) -> None:
+    run_id, notes = manifest.get("run_id"), manifest.get("notes", ())
+    if not (run_id is None or isinstance(run_id, str)) or not (
+            isinstance(notes, list | tuple) and all(isinstance(n, str) for n in notes)):
+        raise SpecError(f"the package is damaged: {where}: run_id must be text and notes a list of texts, got "
+                        f"run_id = {run_id!r}, notes = {notes!r}"[:300])
+
+
+def _other_runs(tables: Mapping[str, pa.Table], run_id: str | None) -> list[str]:
+    """The tables whose run_id is not the manifest's (a package writes its run_id into every table)."""
+    if run_id is None:
+        return []
+    return [name for name, t in tables.items()
+            if "run_id" in t.column_names and t.num_rows and t.column("run_id")[0].as_py() != run_id]
 
 
 def console_views() -> ModuleType:

@@ -18,6 +18,7 @@ from dcaudit.reports.numbers import count, shown_of
 
 MAX_FIBERS = 5        # mixed fibers shown
 MAX_MEMBERS = 12      # members shown per fiber
+MAX_TEXT = 120        # characters shown of an id, an audit id or a fiber's evidence (all of it in the tooltip)
 
 CSS = """
 .dcaudit-view{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;color:#222;max-width:1000px}
@@ -46,6 +47,15 @@ def _summary(pkg) -> str:  # noqa: ANN001 - html.Package
     return "<h4>Summary</h4>" + html_table(table, max_rows=12, rest="the summary table has all")
 
 
+def _text(value: object, limit: int = MAX_TEXT) -> str:
+    """Text from the data, escaped, isolated from the page's direction (``<bdi>``: a right-to-left override in an
+    id reverses nothing after it) and cut to ``limit`` characters, marked, with the whole in the tooltip
+    (:func:`dcaudit.reports.html.cut_text`, as in the report's tables)."""
+    from dcaudit.reports.html import cut_text
+
+    return f"<bdi>{cut_text(str(value), limit)}</bdi>"
+
+
 def _fibers(data: dict | None) -> str:
     if not data or not data["fibers"]:
         return "" if data is None else '<p class="note">No mixed fibers: the evidence decides every fiber.</p>'
@@ -56,9 +66,9 @@ def _fibers(data: dict | None) -> str:
         f = data["fibers"][i]
         audit = data["audits"][f["a"]]["id"]
         group = data["S"][f["g"]] if "g" in f else ""
-        kind = f" · {escape(str(f['k']))}" if f.get("k") else ""
-        parts.append(f"<p><b>{escape(data['S'][f['e']])}</b> <span class='note'>{escape(str(audit))}"
-                     f"{' · ' + escape(group) if group else ''} · n = {f['n']} · claim true {f['t']}{kind}</span></p>")
+        kind = f" · {_text(f['k'])}" if f.get("k") else ""
+        parts.append(f"<p><b>{_text(data['S'][f['e']], 4 * MAX_TEXT)}</b> <span class='note'>{_text(audit)}"
+                     f"{' · ' + _text(group) if group else ''} · n = {f['n']} · claim true {f['t']}{kind}</span></p>")
         items = []
         members = f.get("m", [])
         for j, m in enumerate(members[:MAX_MEMBERS]):
@@ -67,7 +77,7 @@ def _fibers(data: dict | None) -> str:
             keys = [t[0] for t in (tiles[j] if j < len(tiles) else []) if isinstance(t, list) and t[0]]
             pic = next((data["pics"][k] for k in keys if isinstance(data["pics"].get(k), str)), "")
             value = {"1": "true", "0": "false"}.get(cv, "?")
-            items.append(f'<li class="member cv{cv}">{pic}<code>{escape(m)}</code> <b>{value}</b></li>')
+            items.append(f'<li class="member cv{escape(cv)}">{pic}<code>{_text(m)}</code> <b>{value}</b></li>')
         # the rest of the fiber, not only of the members listed: the member budget may have listed fewer
         rest = max(f["n"], len(members)) - len(items)
         more = f'<p class="note">{count(rest, "more member")} in the candidates table</p>' if rest > 0 else ""
@@ -119,6 +129,6 @@ def render_html(tables: Mapping[str, pa.Table], *, title: str, notes: Sequence[s
         body = [_summary(pkg), _fibers(data), _plot(pkg)]
     finally:
         pkg.con.close()
-    note = "".join(f'<p class="note">{escape(str(n))}</p>' for n in notes)
-    return (f'<div class="dcaudit-view"><style>{CSS}</style><h3>{escape(title)}</h3>{note}'
+    note = "".join(f'<p class="note">{_text(n, 4 * MAX_TEXT)}</p>' for n in notes)
+    return (f'<div class="dcaudit-view"><style>{CSS}</style><h3>{_text(title)}</h3>{note}'
             + "".join(body) + "</div>")
