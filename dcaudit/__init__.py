@@ -1,6 +1,7 @@
 """dcaudit: does benchmark evidence decide the deployment action?
 
-The Python API (``dcaudit.audit``, ``replay``, ``complete``, ``sensitivity``, ``run``, ``load``, ``connect_catalog``)
+The Python API (``dcaudit.audit``, ``replay``, ``complete``, ``sensitivity``, ``run``, ``load``, ``connect_catalog``,
+and ``SourceQuery``: a DuckDB SELECT as the table to audit)
 is re-exported here and imported on first use, so ``import dcaudit`` stays light. The core lives in this
 folder (config, errors, engine, storage, claims, evidence maps, the input contract, spec, catalog); the
 connectors, audits, pipelines and reports are the sibling folders installed as ``dcaudit.connectors`` and
@@ -13,7 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("Result", "audit", "connect_catalog", "complete", "load", "replay", "run", "sensitivity")
+_API = ("Result", "SourceQuery", "audit", "connect_catalog", "complete", "load", "replay", "run", "sensitivity")
 __all__ = ["__version__", *_API]
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dcaudit.api import Result
+    from dcaudit.source_query import SourceQuery
 
 
 def compose(*decorators: Callable) -> Callable:
@@ -32,6 +35,35 @@ def compose(*decorators: Callable) -> Callable:
             fn = decorator(fn)
         return fn
     return apply
+
+
+SQL_HELP = ("A DuckDB SELECT whose result is the table to audit, instead of FILE: e.g. \"SELECT * FROM "
+            "'preds.parquet' JOIN 'truth.csv' USING (id)\". One statement that only reads; files are read by DuckDB "
+            "(relative names from the working directory); the result then meets the same checks as a file.")
+
+
+def table_source(command: Callable) -> Callable:
+    """Turn a table command's FILE argument and --sql option into one ``data`` keyword: the path, or a
+    :class:`dcaudit.source_query.SourceQuery` (checked here: one SELECT, else a usage error naming --sql)."""
+    @functools.wraps(command)
+    def run(*args: Any, file: Path | None, sql: str | None, **kwargs: Any) -> Any:
+        return command(*args, data=table_input(file, sql), **kwargs)
+    return run
+
+
+def table_input(file: Path | None, sql: str | None) -> Path | SourceQuery:
+    if (file is None) == (sql is None):
+        raise click.UsageError("give the table to audit: a FILE or --sql 'SELECT …' (one of the two)")
+    if file is not None:
+        return file
+    from dcaudit.source_query import SourceQuery  # DuckDB loads only for a query
+
+    return SourceQuery(str(sql), origin="--sql")
+
+
+def input_name(data: Path | SourceQuery) -> str:
+    """How a table command's title names its input: the file's name, or 'SQL query'."""
+    return data.name if isinstance(data, Path) else "SQL query"
 
 
 GATES = click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,14 +16,17 @@ from dcaudit import defaults
 from dcaudit.cli_common import ENGINE as _ENGINE
 from dcaudit.cli_common import GATES as _GATES
 from dcaudit.cli_common import NO_REPORT as _NO_REPORT
+from dcaudit.cli_common import SQL_HELP, input_name, one_output, table_source
 from dcaudit.cli_common import apply_gates as _apply_gates
 from dcaudit.cli_common import check_gates as _check_gates
 from dcaudit.cli_common import compose as _compose
 from dcaudit.cli_common import evidence_arg as _evidence
 from dcaudit.cli_common import given as _given
-from dcaudit.cli_common import one_output
 from dcaudit.cli_common import show_result as _show
 from dcaudit.config import Settings
+
+if TYPE_CHECKING:
+    from dcaudit.source_query import SourceQuery
 
 CLAIM_HELP = ("Claim: a boolean expression of column names (double-quote names with - or spaces: "
               "'\"SR-p53\" = 1'), numbers, 'strings', true/false, = != < <= > >=, + - * /, and/or/not, "
@@ -30,7 +34,8 @@ CLAIM_HELP = ("Claim: a boolean expression of column names (double-quote names w
               "it undefined: the candidate is excluded (claim_undefined), never true.")
 
 _TABLE = _compose(
-    click.argument("file", type=click.Path(path_type=Path)),
+    click.argument("file", type=click.Path(path_type=Path), required=False),
+    click.option("--sql", help=SQL_HELP),
     click.option("--evidence", required=True, multiple=True,
                  help="Evidence column(s), comma-separated (or repeat the option); double-quote a name that holds a "
                       "comma or surrounding spaces: --evidence '\"b,c\",d'."),
@@ -76,26 +81,29 @@ _PACKAGE = _compose(
 @_ENGINE
 @_GATES
 @click.pass_obj
-def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+@table_source
+def audit(settings: Settings, data: Path | SourceQuery, evidence: tuple[str, ...], claim: str, id_column: str | None,
           duplicates: str, fiber_rule: str, missing: str, min_support: int, out: Path | None, force: bool,
           quiet: bool, as_json: bool, no_report: bool, engine: str, fail_if: tuple[str, ...]) -> None:
-    """Audit any table FILE (CSV, CSV.gz, TSV or Parquet): does EVIDENCE decide CLAIM?
+    """Audit any table FILE (CSV, CSV.gz, TSV or Parquet) or --sql query: does EVIDENCE decide CLAIM?
 
     \b
     Writes summary.parquet, fibers.parquet, candidates.parquet (every candidate with its status, and
     excluded ones with a reason) and manifest.json, and records the run in the catalog.
-    Example:
+    Examples:
       dcaudit audit tox21.csv --id mol_id --claim '"SR-p53" = 1' \\
         --evidence NR-AR,NR-AR-LBD,NR-AhR,NR-Aromatase,NR-ER,NR-ER-LBD,NR-PPAR-gamma
+      dcaudit audit --sql "SELECT * FROM 'preds.parquet' JOIN 'dft.csv' USING (id)" --id id \\
+        --evidence pred --fiber-rule quantile:20 --claim 'gap > 1.0'
     """
     from dcaudit import api
 
     _check_gates(fail_if)
-    result = api.audit(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
+    result = api.audit(data, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                        min_support=min_support, missing=missing, duplicates=duplicates,  # type: ignore[arg-type]
                        settings=settings, report=not no_report, record=True, out=out, force=force, quiet=quiet or as_json,
                        engine=engine)
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    _show(result, f"{input_name(data)}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         click.echo(f"evidence package -> {result.package_dir}")
     sys.exit(_apply_gates(result.arrow("summary"), fail_if))
@@ -122,12 +130,13 @@ def audit(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str,
 @_PACKAGE
 @_GATES
 @click.pass_obj
-def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+@table_source
+def replay(settings: Settings, data: Path | SourceQuery, evidence: tuple[str, ...], claim: str, id_column: str | None,
            duplicates: str, fiber_rule: str, missing: str, seeds: int | None, seed_offset: int | None,
            calibration_fraction: float | None, min_support: int | None, mode: str | None, epsilon: float | None,
            delta: float | None, tolerance: str | None, reference: str | None, engine: str, out: Path | None,
            force: bool, quiet: bool, as_json: bool, no_report: bool, fail_if: tuple[str, ...]) -> None:
-    """Held-out certify-then-acquire replay on any table FILE: what would acting on EVIDENCE cost?
+    """Held-out certify-then-acquire replay on any table FILE (or --sql query): what would acting on EVIDENCE cost?
 
     \b
     Splits candidates into calibration and test SEEDS times, certifies fibers on calibration only and
@@ -142,13 +151,13 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
     print_replay = api.console_views().print_replay
 
     _check_gates(fail_if)
-    result = api.replay(file, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
+    result = api.replay(data, evidence=_evidence(evidence), claim=claim, id=id_column, fiber_rule=fiber_rule,
                         missing=missing, min_support=min_support, tolerance=tolerance, reference=reference,
                         duplicates=duplicates, settings=settings, report=not no_report, record=True, out=out,  # type: ignore[arg-type]
                         force=force, quiet=quiet or as_json, engine=engine,
                         **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                  mode=mode, epsilon=epsilon, delta=delta))
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    _show(result, f"{input_name(data)}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         print_replay(result.arrow("replay"))
         click.echo(f"evidence package -> {result.package_dir}")
@@ -179,12 +188,13 @@ def replay(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str
               f"cost exceeds this (above 0, at most {defaults.MAX_BUDGET:g}).")
 @_PACKAGE
 @click.pass_obj
-def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+@table_source
+def complete(settings: Settings, data: Path | SourceQuery, evidence: tuple[str, ...], claim: str, id_column: str | None,
              duplicates: str, probes: tuple[str, ...], fiber_rule: str, seeds: int | None, seed_offset: int | None,
              calibration_fraction: float | None, min_support: int | None, policies: str | None,
              random_draws: int | None, refinement: str | None, tie_break: str | None, costs: str | None,
              budget: float | None, out: Path | None, force: bool, quiet: bool, as_json: bool, no_report: bool) -> None:
-    """Completion curves on any table FILE: which of PROBES to measure next, and what each one certifies.
+    """Completion curves on any table FILE (or --sql query): which of PROBES to measure next, and what each one certifies.
 
     \b
     Each policy (response_rank, uncertainty, diversity, benchmark_aligned, random, oracle) adds probes
@@ -199,14 +209,14 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
     from dcaudit import api
     print_completion = api.console_views().print_completion
 
-    result = api.complete(file, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
+    result = api.complete(data, evidence=_evidence(evidence), claim=claim, probes=_evidence(probes), id=id_column,
                           fiber_rule=fiber_rule, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
                           record=True, out=out, force=force, quiet=quiet or as_json,
                           **_given(seeds=seeds, seed_offset=seed_offset, calibration_fraction=calibration_fraction,
                                    min_support=min_support, random_draws=random_draws, refinement=refinement,
                                    tie_break=tie_break, costs=costs, budget=budget,
                                    policies=policies.split(",") if policies is not None else None))
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    _show(result, f"{input_name(data)}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         print_completion(result.arrow("completion"), seeds or defaults.COMPLETION_SEEDS)
         click.echo(f"evidence package -> {result.package_dir}")
@@ -223,7 +233,8 @@ def complete(settings: Settings, file: Path, evidence: tuple[str, ...], claim: s
               help="Members a pure fiber (or window) needs to be certified.")
 @_PACKAGE
 @click.pass_obj
-def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim: str, id_column: str | None,
+@table_source
+def sensitivity(settings: Settings, data: Path | SourceQuery, evidence: tuple[str, ...], claim: str, id_column: str | None,
                 duplicates: str, rules: str | None, tolerances: str | None, reference: str | None,
                 min_support: int, out: Path | None, force: bool, quiet: bool, as_json: bool, no_report: bool) -> None:
     """How the audit of one numeric EVIDENCE column moves with the fiber resolution.
@@ -238,12 +249,12 @@ def sensitivity(settings: Settings, file: Path, evidence: tuple[str, ...], claim
     print_rows = api.console_views().print_rows
     sensitivity_table = api.console_views().sensitivity_table
 
-    result = api.sensitivity(file, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
+    result = api.sensitivity(data, evidence=_evidence(evidence), claim=claim, id=id_column,  # type: ignore[arg-type]
                              rules=rules.split(",") if rules is not None else None,
                              tolerances=tolerances.split(",") if tolerances is not None else None, reference=reference,
                              min_support=min_support, duplicates=duplicates, settings=settings, report=not no_report,  # type: ignore[arg-type]
                              record=True, out=out, force=force, quiet=quiet or as_json)
-    _show(result, f"{file.name}: {result.run_id}", quiet=quiet, as_json=as_json)
+    _show(result, f"{input_name(data)}: {result.run_id}", quiet=quiet, as_json=as_json)
     if not (quiet or as_json):
         print_rows(sensitivity_table(result.arrow("sensitivity")))
         click.echo(f"evidence package -> {result.package_dir}")

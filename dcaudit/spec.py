@@ -27,13 +27,15 @@ from dcaudit.claims import Claim, parse_claim
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap, parse_fiber_rule
 from dcaudit.inputs import Duplicates
+from dcaudit.source_query import LABEL, SourceQuery
 
 _TOP_KEYS = {"name", "description", "source", "audits", "replay", "completion", "sensitivity", "choice",
              "matbench", "jarvis", "vision"}
 _AUDIT_KEYS = {"id", "claim", "evidence", "fiber_rule", "missing", "min_support", "table", "model", "per", "models",
                "identity"}
 # [source] keys of every source; a connector's options share the table with them
-SOURCE_KEYS = ("connector", "path", "id", "duplicates")
+SOURCE_KEYS = ("connector", "path", "query", "id", "duplicates")
+SOURCE_KINDS = ("connector", "path", "query")  # a [source] names exactly one of these
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,21 @@ def fixed_width_reference(where: str, key: str, value: object) -> SpecError:
 class PipelineSpec:
     name: str
     description: str
-    source: str                   # a connector name (tox21, jarvis, …) or a path to CSV/Parquet
+    source: str                   # a connector name (tox21, jarvis, …), a path to CSV/Parquet, or LABEL (a query)
     id_column: str
     audits: tuple[AuditTask, ...]
     sections: dict[str, Any] = field(default_factory=dict)  # replay / completion / … as written
     raw: dict[str, Any] = field(default_factory=dict)
     duplicates: Duplicates = defaults.DUPLICATES     # repeated candidate ids: "error", or "keep" and report them as findings
+    query: SourceQuery | None = None  # [source] query: the table is this query's result (source is then LABEL)
+
+    @property
+    def connector(self) -> str | None:
+        """The connector that reads the source (``[source] connector``), or None for a user's table (a path,
+        a query, a frame from the API) — as written, never guessed from what the working directory holds."""
+        source = self.raw.get("source")
+        name = source.get("connector") if isinstance(source, dict) else None
+        return str(name) if name is not None else None
 
     @property
     def spec_hash(self) -> str:
@@ -268,7 +279,8 @@ def builtin_specs() -> list[str]:
 def load_spec(name_or_path: str) -> PipelineSpec:
     """A built-in spec by name, or a spec file by path."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
+    # A folder is never a spec: one named like a built-in spec (a tox21/ data folder here) leaves the name to it.
+    if path.suffix == ".toml" or path.exists() and not (path.is_dir() and name_or_path in builtin_specs()):
         if path.is_dir():
             raise SpecError(f"spec {path} is a directory; give a .toml spec file in it, or a built-in spec name")
         if not path.is_file():
@@ -359,15 +371,16 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     check_spec_name(raw["name"], origin)
     _require_type(raw.get("description", ""), str, origin, "description must be a string")
     source = raw["source"]
-    if isinstance(source, dict) and "connector" not in source and "path" not in source:
+    kinds = [k for k in SOURCE_KINDS if k in source] if isinstance(source, dict) else []
+    if isinstance(source, dict) and not kinds:
         check_keys(source, SOURCE_KEYS, f"{origin}: [source]")  # paht = … is named, not "needs a path"
-    if not isinstance(source, dict) or "connector" not in source and "path" not in source:
-        raise SpecError(f"{origin}: [source] needs connector = \"…\" or path = \"…\"")
-    if "connector" in source and "path" in source:
-        raise SpecError(f"{origin}: [source] has both connector and path; give one (a connector reads its own "
-                        "data, a path names your table)")
-    if "path" in source:  # a user's table takes no connector options: any other key is a typo (duplicate = …)
-        check_keys(source, [k for k in SOURCE_KEYS if k != "connector"], f"{origin}: [source]")
+    if not isinstance(source, dict) or not kinds:
+        raise SpecError(f"{origin}: [source] needs connector = \"…\", path = \"…\" or query = \"SELECT …\"")
+    if len(kinds) > 1:
+        raise SpecError(f"{origin}: [source] has {'both ' if len(kinds) == 2 else ''}{' and '.join(kinds)}; give one (a connector reads its own "
+                        "data, a path names your table, a query selects it)")
+    if "path" in source or "query" in source:  # a user's table takes no connector options: any other key is a typo
+        check_keys(source, [k for k in SOURCE_KEYS if k == kinds[0] or k not in SOURCE_KINDS], f"{origin}: [source]")
     for key in SOURCE_KEYS:
         if key in source:
             _require_type(source[key], str, f"{origin}: [source]", f"{key} must be a string")
@@ -425,7 +438,9 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     return PipelineSpec(
         name=str(raw["name"]),
         description=str(raw.get("description", "")),
-        source=str(source.get("connector") or source.get("path")),
+        source=LABEL if "query" in source else str(source.get("connector") or source.get("path")),
+        query=SourceQuery(source["query"], base_dir=Path(base_dir).resolve() if base_dir is not None else None,
+                          origin=f"{origin}: [source] query") if "query" in source else None,
         id_column=str(source.get("id", "candidate_id")),
         audits=tuple(audits),
         sections=sections,

@@ -79,7 +79,8 @@ from dcaudit.inputs import (
 )
 from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
-from dcaudit.spec import AuditTask, PipelineSpec, check_implied_per
+from dcaudit.source_query import LABEL, SourceQuery, query_table
+from dcaudit.spec import SOURCE_KEYS, AuditTask, PipelineSpec, check_implied_per
 from dcaudit.storage import concat, read_table, verify_package, write_package
 
 
@@ -447,20 +448,28 @@ def _index_note(data: object, spec: PipelineSpec) -> tuple[str, ...]:
             "as ids, reset_index() and pass the column as id",)
 
 
-_SOURCE_KEYS = ("connector", "path", "id", "duplicates")
+QUERY_ORDER_NOTE = ("candidates are numbered in the query's result order (no id column given); without an "
+                    "ORDER BY that order can differ from run to run (a join, several files): give an id column, "
+                    "or end the query with an ORDER BY on unique columns")
 
 
 def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) -> PreparedSource | UserSource:
+    if isinstance(data, SourceQuery):  # from the CLI's --sql or the API: its origin names it in messages
+        result = query_table(data, settings)
+        return UserSource(LABEL, result.table, LABEL,
+                          (QUERY_ORDER_NOTE,) if spec.id_column == ROW and not result.ordered else ())
     if data is not None:
         notes = _index_note(data, spec)
         if not isinstance(data, str | Path):
             data = as_arrow(data)[0]  # once: the digest and the audit read the same rows (a LazyFrame runs once)
         return UserSource(spec.source, data, spec.source, notes)
-    path = Path(spec.source)
-    if path.suffix or path.exists() or any(ch in path.name for ch in "*?["):
+    if spec.query is not None:  # read once into Arrow: the digest and the audit see the same rows
+        return prepare_source(spec, settings, spec.query)
+    if spec.connector is None:  # [source] path: the user's file (or glob)
+        path = Path(spec.source)
         return UserSource(path.name, path, str(path))
     # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
-    options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in _SOURCE_KEYS}
+    options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in SOURCE_KEYS}
     connector = get_connector(spec.source)
     return connector.prepare(settings, parse_options(connector.name, connector.Options, options))
 

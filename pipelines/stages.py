@@ -15,6 +15,7 @@ from typing import Any
 from dcaudit.errors import SpecError
 from dcaudit.spec import (
     SOURCE_KEYS,
+    SOURCE_KINDS,
     PipelineSpec,
     check_keys,
     check_not_blank,
@@ -146,7 +147,7 @@ def _check_source(spec: PipelineSpec) -> None:
         raise SpecError(f"[source] connector: {exc}") from None
     # [source] keys and the connector's options share one table: a typo of either gets its near miss
     options = {f.name for f in fields(connector.Options)}
-    check_keys(source, {*(k for k in SOURCE_KEYS if k != "path"), *options},
+    check_keys(source, {*(k for k in SOURCE_KEYS if k == "connector" or k not in SOURCE_KINDS), *options},
                f"[source] connector {connector.name!r}")
     parse_options(connector.name, connector.Options, {k: v for k, v in source.items() if k not in SOURCE_KEYS})
 

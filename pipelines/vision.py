@@ -30,7 +30,7 @@ def vision_stage(ctx: StageContext) -> StageTables:
     cfg = VisionConfig.from_section(dict(ctx.spec.sections.get("vision") or {}))
     out: dict[str, list[pa.Table]] = {}
     user_file = Path(ctx.spec.source)
-    is_file = bool(user_file.suffix) or user_file.exists()
+    is_file = ctx.spec.connector is None  # a user's table (a path or a query), not the connector's
     ambiguous_all = 0
     for table, view in ctx.tables.items():
         if table == "images" or table.endswith("-pixels"):  # per-image evidence ([[audits]]) and thumbnails

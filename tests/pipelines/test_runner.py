@@ -179,3 +179,19 @@ def test_an_empty_table_of_a_source_blocks_only_the_audits_that_read_it(tmp_path
         result = CliRunner().invoke(cli, ["run", str(spec), "--no-report"], env=env)
         assert result.exit_code == code, result.output
     assert "table 'predictions' of source 'matbench' has no rows" in result.output
+
+
+def test_a_folder_named_like_a_builtin_spec_is_neither_the_spec_nor_its_source(
+        tox21_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a folder holding a tox21/ data folder, `dcaudit run tox21` was "spec tox21 is a directory"; and a
+    connector named like a folder here was read as the user's file ("tox21: is a directory")."""
+    from dcaudit.pipelines.runner import PreparedSource, prepare_source
+
+    (tmp_path / "tox21").mkdir()
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec("tox21")
+    assert spec.connector == "tox21" and spec.raw["source"]["connector"] == "tox21"
+    assert isinstance(prepare_source(spec, tox21_settings), PreparedSource)
+    (tmp_path / "mine.toml").write_text('name = "mine"\n[source]\npath = "tox21"\n[[audits]]\nclaim = "y = 1"\n'
+                                        'evidence = ["a"]\n')
+    assert load_spec("mine.toml").connector is None   # a path stays the user's, whatever its name
