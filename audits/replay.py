@@ -105,7 +105,7 @@ from dcaudit.audits.windows import window_bounds
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier, sql_literal
 from dcaudit.engine import machine_limit, memory_limit_bytes
 from dcaudit.errors import InputError, SpecError
-from dcaudit.evidence_map import positive_number
+from dcaudit.evidence_map import positive_number, whole_number
 from dcaudit.inputs import (
     ROW,
     column_types,
@@ -200,8 +200,9 @@ def parse_tolerance(text: str | float) -> Tolerance:
         t = str(text).strip().lower()
         if t == "mae":
             return Tolerance("mae")
-        if t.startswith("q") and t[1:].isdigit() and 0 < int(t[1:]) < 100:
-            return Tolerance("quantile", int(t[1:]) / 100)
+        percent = whole_number(t[1:]) if t.startswith("q") else None
+        if percent is not None and 0 < percent < 100:
+            return Tolerance("quantile", percent / 100)
         value = positive_number(t)
     if value is None:
         raise SpecError(f"tolerance {text!r}: use a positive number, 'mae' or a quantile like 'q80'")

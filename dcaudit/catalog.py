@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from dcaudit.claims import quote_string
 from dcaudit.config import Settings
-from dcaudit.errors import DcauditError, RunLockedError, one_line
+from dcaudit.errors import DcauditError, RunLockedError, SpecError, one_line
 from dcaudit.storage import (
     CATALOG_TABLES,
     OPTIONAL_VIEWS,
@@ -763,7 +763,7 @@ class Catalog:
         runs = self.query(f"SELECT run_id, run_dir, status, error, started_at FROM runs WHERE run_id = {k} OR "
                           f"spec = {k} ORDER BY run_id = {k} DESC, started_at DESC, run_id DESC").to_pylist()
         if not runs:
-            raise DcauditError(f"no run or spec {run_id_or_spec!r} in the catalog; `dcaudit runs` lists them")
+            raise SpecError(f"no run or spec {run_id_or_spec!r} in the catalog; `dcaudit runs` lists them")
         latest = runs[0]
         if latest["status"] in ("succeeded", "reused"):
             return Path(latest["run_dir"])
@@ -774,13 +774,13 @@ class Catalog:
         if latest["run_id"] == run_id_or_spec:
             if latest["status"] in ("failed", "skipped", "running"):  # no package was written: say so
                 said += "; it has no evidence package"
-            raise DcauditError(f"run {run_id_or_spec!r} {said} (`dcaudit runs` lists the runs that have one)")
+            raise SpecError(f"run {run_id_or_spec!r} {said} (`dcaudit runs` lists the runs that have one)")
         earlier = next((r for r in runs[1:] if r["status"] in ("succeeded", "reused")), None)
         fix = "; re-run the spec for a fresh package" if latest["status"] in ("damaged", "incompatible") else ""
         hint = (f"; the previous run with a package is {earlier['run_id']} (started "
                 f"{str(earlier['started_at'])[:19]}): give its run id for it" if earlier
                 else "; no earlier run of it has a package")
-        raise DcauditError(f"the latest run of spec {run_id_or_spec!r}, {latest['run_id']}, {said}{fix}{hint}")
+        raise SpecError(f"the latest run of spec {run_id_or_spec!r}, {latest['run_id']}, {said}{fix}{hint}")
 
     def package_dir(self, name: str) -> Path:
         """The evidence package ``name`` names: a package directory (no catalog is read), else a run id or a
@@ -789,8 +789,8 @@ class Catalog:
         if (path / "manifest.json").is_file():
             return path
         if path.is_dir():   # its manifest.json deleted, or never written
-            raise DcauditError(f"{name}: the directory has no manifest.json, so it is no evidence package; give a "
-                               "package directory, a run id or a spec name (`dcaudit runs` lists them)")
+            raise SpecError(f"{name}: the directory has no manifest.json, so it is no evidence package; give a "
+                           "package directory, a run id or a spec name (`dcaudit runs` lists them)")
         return self.run_dir(name)
 
     def diff(self, spec: str) -> RunDiff:
@@ -1156,7 +1156,7 @@ def _remove_stale_temporaries(target: Path, records_dir: Path) -> None:
     with contextlib.suppress(OSError):
         for leftover in records_dir.glob(".*.json.*.tmp"):
             pid = leftover.name.rsplit(".", 2)[-2]
-            if pid.isdigit() and not process_alive(int(pid)):
+            if pid.isdecimal() and not process_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
 
@@ -1176,7 +1176,7 @@ def _current(stored: str | None, fingerprint: str) -> bool:
     if stored is None:
         return False
     files, _, pids = stored.partition(_RUNNING)
-    return files == fingerprint and all(process_alive(int(p)) for p in pids.split(",") if p.isdigit())
+    return files == fingerprint and all(process_alive(int(p)) for p in pids.split(",") if p.isdecimal())
 
 
 def _parse_time(value: object) -> datetime | None:

@@ -25,9 +25,9 @@ class Settings:
         # a bad value is a SpecError here, not a DuckDB syntax error in the middle of a run.
         for name in ("home", "mirror"):
             value = getattr(self, name)
-            if isinstance(value, str):
-                object.__setattr__(self, name, Path(value))
-            elif not (isinstance(value, Path) or value is None and name == "mirror"):
+            if isinstance(value, str | Path):   # "~/ws" is the user's home's ws, as in DCAUDIT_HOME, never "./~"
+                object.__setattr__(self, name, Path(value).expanduser())
+            elif not (value is None and name == "mirror"):
                 raise SpecError(f"Settings({name}={value!r}): give a directory path")
         if not isinstance(self.memory_limit, str):
             raise SpecError(f"Settings(memory_limit={self.memory_limit!r}): give an amount such as 8GB")
@@ -102,7 +102,7 @@ def check_memory_limit(text: str, where: str) -> str:
 
 
 def check_threads(text: str, where: str) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= defaults.MAX_THREADS:
+    if not text.strip().isdecimal() or not 1 <= int(text) <= defaults.MAX_THREADS:
         raise SpecError(f"{where} = {text!r}: give a whole number of threads from 1 to {defaults.MAX_THREADS}")
     return int(text)
 

@@ -16,6 +16,7 @@ makes "missing" (and NaN, ±inf) a value of its own. The SQL that computes keys 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -48,25 +49,43 @@ class FiberRule:
         return self.kind in WINDOW_RULES
 
 
+# A number as written in a rule or tolerance: ASCII digits, one optional point and exponent. Python's float()
+# also reads "1_0" (10), " 5 ", Arabic-Indic digits and "inf", none of which a user means as a width.
+_DECIMAL = re.compile(r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a whole number written in ASCII digits, or None (``"²".isdigit()`` is True, ``int("²")`` fails)."""
+    return int(text) if _WHOLE.fullmatch(text) else None
+
+
 def positive_number(value: str | float) -> float | None:
     """``value`` as a positive finite number, or None: the widths and tolerances of specs."""
-    try:
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            return None
         number = float(value)
-    except ValueError:
-        return None
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None
     return number if number > 0 and math.isfinite(number) else None
 
 
 def parse_fiber_rule(text: str) -> FiberRule:
     """``exact``, ``quantile:20``, ``width:0.5``, ``knn:25`` or ``window:0.042``."""
     kind, _, arg = str(text).strip().lower().partition(":")
+    kind, arg = kind.strip(), arg.strip()   # "width: 0.5" as "width:0.5"
     if kind == "exact" and not arg:
         return FiberRule("exact")
     if kind in {"quantile", "knn"}:
-        if not arg.isdigit() or int(arg) < (2 if kind == "quantile" else 1):
+        count = whole_number(arg)
+        if count is None or count < (2 if kind == "quantile" else 1):
             raise SpecError(f"fiber rule {text!r}: {kind} takes a whole number of "
                             f"{'bins >= 2' if kind == 'quantile' else 'neighbours >= 1'}, e.g. {kind}:20")
-        return FiberRule(kind, int(arg))  # type: ignore[arg-type]
+        return FiberRule(kind, count)  # type: ignore[arg-type]
     if kind in {"width", "window"}:
         value = positive_number(arg)
         if value is None:

@@ -453,7 +453,7 @@ def _remove_stale_staging(target: Path) -> None:
     never leaves debris beside an --out for good."""
     for leftover in (Path(target).parent / ".partial").glob(f"{glob.escape(Path(target).name)}.*.*.*"):
         pid = leftover.name[len(Path(target).name) + 1:].split(".", 1)[0]
-        if leftover.name.endswith((".tmp", ".old")) and pid.isdigit() and not process_alive(int(pid)):
+        if leftover.name.endswith((".tmp", ".old")) and pid.isdecimal() and not process_alive(int(pid)):
             if leftover.is_symlink():
                 leftover.unlink(missing_ok=True)
             else:

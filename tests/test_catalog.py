@@ -617,3 +617,24 @@ def test_a_cache_that_cannot_be_written_does_not_stop_the_catalog(tmp_path: Path
     listed = invoke(home, "runs", "--json")
     assert listed.exit_code == 0 and "could not be refreshed" not in listed.output
     assert second["run_id"] in {r["run_id"] for r in json.loads(listed.stdout)}
+
+
+def test_an_unknown_run_or_spec_is_a_spec_error(tmp_path: Path) -> None:
+    """They were the DcauditError base class, which a notebook catching SpecError (a bad option) missed."""
+    import dcaudit
+    from dcaudit.config import Settings
+    from dcaudit.errors import SpecError
+
+    settings = Settings(home=tmp_path / "home", mirror=None, memory_limit="2GB", threads=1, offline=True)
+    dcaudit.audit(pa_table_of_two(), evidence="x", claim="y = 1", record=True, name="known", settings=settings)
+    with pytest.raises(SpecError, match="no run or spec 'unknown'"):
+        dcaudit.load("unknown", settings=settings)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecError, match="no manifest.json"):
+        Catalog(settings).package_dir(str(tmp_path / "empty"))
+
+
+def pa_table_of_two():  # noqa: ANN201 - a pyarrow table
+    import pyarrow as pa
+
+    return pa.table({"x": [0, 1], "y": [0, 1]})

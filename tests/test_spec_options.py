@@ -280,3 +280,36 @@ def test_a_list_option_written_as_one_string_is_split_like_every_name_list() -> 
     assert typed_fields(Options, {"names": "a, b"}, "[x]") == {"names": ("a", "b")}
     with pytest.raises(SpecError, match=r"^\[x\]: names must be a list of strings, got '\"b,c'$"):
         typed_fields(Options, {"names": '"b,c'}, "[x]")
+
+
+@pytest.mark.parametrize("rule", ["quantile:²", "quantile:٣", "knn:¹", "width:1_0", "width:inf", "width:0x10",
+                                  "window:٠.٥", "quantile:", "width:-1"])
+def test_rule_numbers_are_plain_ascii_numbers(rule: str) -> None:
+    """'quantile:²' was an internal error (str.isdigit accepts it, int() does not), 'width:1_0' a width of 10
+    (float() reads underscores) and 'quantile:٣' three bins."""
+    from dcaudit.evidence_map import parse_fiber_rule
+
+    with pytest.raises(SpecError, match=f"fiber rule {rule!r}"):
+        parse_fiber_rule(rule)
+
+
+@pytest.mark.parametrize(("rule", "written"), [("width: 0.5", "width:0.5"), (" quantile : 20 ", "quantile:20"),
+                                               ("width:.5", "width:0.5"), ("width:5e-1", "width:0.5"),
+                                               ("knn:025", "knn:25")])
+def test_rule_numbers_as_written_by_hand(rule: str, written: str) -> None:
+    from dcaudit.evidence_map import parse_fiber_rule
+
+    assert str(parse_fiber_rule(rule)) == written
+
+
+@pytest.mark.parametrize("tolerance", ["q²", "q٨٠", "1_0", "inf", "q0", "q100"])
+def test_tolerance_numbers_are_plain_ascii_numbers(tolerance: str) -> None:
+    from dcaudit.audits.replay import parse_tolerance
+
+    with pytest.raises(SpecError, match="tolerance"):
+        parse_tolerance(tolerance)
+
+
+def test_a_threads_setting_in_other_digits_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["query", "select 1"], env={"DCAUDIT_HOME": str(tmp_path), "DCAUDIT_THREADS": "²"})
+    assert result.exit_code == 2 and "DCAUDIT_THREADS = '²'" in result.output
