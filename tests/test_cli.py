@@ -141,7 +141,7 @@ def test_no_report_leaves_report_html_for_later(env: dict[str, str], bench_csv: 
     assert rendered.exit_code == 0 and (out / "report.html").is_file()
 
 
-@pytest.mark.parametrize("command", ["audit", "audit+report", "replay", "complete"])
+@pytest.mark.parametrize("command", ["audit", "audit+report", "audit+json", "replay", "complete"])
 def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command: str) -> None:
     """pyarrow imports pandas (~0.3 s of a command) when it converts Python or numpy values or reads
     pandas metadata, and polars costs ~0.3 s to import; the audit, replay and completion commands read the
@@ -154,11 +154,12 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     csv = tmp_path / "t.csv"
     csv.write_text("id,a,b,p,y\n" + "".join(f"{i},{i % 2},{i % 3},{i % 7 % 2},{int(i % 5 == 0)}\n"
                                           for i in range(200)))
-    name, _, report = command.partition("+")
+    name, _, variant = command.partition("+")
+    report, as_json = variant == "report", variant == "json"   # --json printed the summary through polars
     extra = {"audit": [], "replay": ["--seeds", "3", "--min-support", "5"],
              "complete": ["--probes", "p", "--seeds", "2", "--min-support", "5"]}[name]
     args = [name, str(csv), "--id", "id", "--evidence", "a,b", "--claim", "y = 1", "--out", str(tmp_path / "p"),
-            *([] if report else ["--no-report"]), *extra]
+            *([] if report else ["--no-report"]), *(["--json"] if as_json else []), *extra]
     code = ("import atexit, sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
             "atexit.register(lambda: print('LOADED', [m for m in ('pandas', 'polars') if m in sys.modules], "
             "file=sys.stderr))\nmain()\n")
