@@ -127,20 +127,12 @@ def show_result(result: Result, title: str, *, quiet: bool, as_json: bool) -> No
     if as_json:
         click.echo(json.dumps({"run_id": result.run_id, "status": "succeeded",
                                "package_dir": str(result.package_dir),
-                               # from Arrow: converting to polars would import it (~0.3 s) for a few rows
-                               "summary": _summary_rows(result)}, default=str, indent=1))
+                               "summary": result.summary_rows()}, default=str, indent=1))
         return
     if quiet:
         click.echo(str(result.package_dir))
         return
     print_result(result, title)
-
-
-def _summary_rows(result: Result) -> list[dict[str, Any]]:
-    summary = result.arrow("summary")
-    if summary is None:
-        return []
-    return summary.drop_columns([c for c in ("run_id",) if c in summary.column_names]).to_pylist()
 
 
 def print_result(result: Result, title: str, *, with_replay: bool = False) -> None:

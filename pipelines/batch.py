@@ -41,7 +41,7 @@ class Outcome:
     result: Result | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        summary = (self.result.summary.drop("run_id").to_dicts() if self.result is not None else [])
+        summary = self.result.summary_rows() if self.result is not None else []
         return {"spec": self.spec, "status": self.status, "exit_code": self.exit_code, "run_id": self.run_id,
                 "package_dir": self.package_dir, "reused_from": self.reused_from, "seconds": self.seconds,
                 "error": self.error, "summary": summary, "notes": list(self.notes)}

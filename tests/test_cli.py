@@ -172,9 +172,12 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     assert (tmp_path / "p" / "report.html").is_file() == bool(report)
 
 
-def test_the_main_job_on_cached_tables_imports_neither_pandas_nor_polars(tox21_settings, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_main_job_on_cached_tables_imports_neither_pandas_nor_polars(tox21_settings, tmp_path: Path,  # noqa: ANN001
+                                                                          as_json: bool) -> None:
     """``dcaudit run tox21`` once its tables are normalised (every scheduled run): the connector, the label-noise
-    split, the replay's metrics and the findings line build their tables without pandas or polars."""
+    split, the replay's metrics and the findings line build their tables without pandas or polars (and with
+    ``--json`` the summary rows, which went through polars)."""
     import shutil
     import subprocess
     import sys
@@ -189,8 +192,8 @@ def test_the_main_job_on_cached_tables_imports_neither_pandas_nor_polars(tox21_s
             "file=sys.stderr))\nmain()\n")
     env = {**os.environ, "DCAUDIT_HOME": str(home), "DCAUDIT_OFFLINE": "1"}
     env.pop("DCAUDIT_DEBUG", None)
-    out = subprocess.run([sys.executable, "-c", code, "run", "tox21", "--no-report"], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, "run", "tox21", "--no-report", *(["--json"] if as_json else [])],
+                         capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == "LOADED []"
 
