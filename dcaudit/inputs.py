@@ -24,6 +24,7 @@ import csv
 import gzip
 import hashlib
 import io
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -37,7 +38,7 @@ import pyarrow as pa
 from dcaudit.claims import check_columns, quote_identifier, quote_string, value_kind
 from dcaudit.engine import machine_limit
 from dcaudit.errors import ClaimError, InputError, SpecError, one_line
-from dcaudit.storage import sha256_file
+from dcaudit.storage import _not_a_file, sha256_file
 
 ROW = "__row"  # the 1-based data row of every registered input; the candidate id when there is no id column
 CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
@@ -71,15 +72,28 @@ def label_of(relation: str) -> str:
 
 
 def check_file(path: Path) -> Path:
-    """The file exists, is a file and is not empty — or an InputError naming it."""
+    """The file exists, is a readable regular file and is not empty — or an InputError naming it.
+
+    What is there but is no file is named as :func:`dcaudit.storage.regular_file` names it (one helper, one
+    wording): a symbolic link to nothing says where it points (not "file not found": the name is there), a
+    link that loops says so, and a parent that is a file is named (``data.csv/x.csv``)."""
     path = Path(path)
-    if not path.exists():
+    try:
+        found = _not_a_file(path)
+    except OSError as exc:   # a parent folder that cannot be searched (permission), a name too long
+        raise InputError(f"cannot be read ({exc.strerror or exc})", file=str(path)) from None
+    if found is not None:
+        culprit, problem = found
+        if problem.startswith("is a directory"):
+            raise InputError("is a directory; give a CSV, CSV.gz, TSV or Parquet file", file=str(path))
+        if problem.startswith("is not a regular file"):  # a FIFO, socket or device: read more than once here
+            raise InputError("is not a regular file (a pipe or a device); save the data to a file first",
+                             file=str(path))
+        raise InputError(problem, file=str(path))
+    if not path.is_file():
         raise InputError("file not found", file=str(path))
-    if path.is_dir():
-        raise InputError("is a directory; give a CSV, CSV.gz, TSV or Parquet file", file=str(path))
-    if not path.is_file():  # a FIFO, socket or device: read more than once here, so a file is needed
-        raise InputError("is not a regular file (a pipe or a device); save the data to a file first",
-                         file=str(path))
+    if not os.access(path, os.R_OK):   # else each reader words it its own way ("not a readable Parquet file")
+        raise InputError("cannot be read: permission denied", file=str(path))
     if path.stat().st_size == 0:
         raise InputError("file is empty", file=str(path))
     return path
@@ -96,6 +110,9 @@ def check_unique_columns(names: list[str] | tuple[str, ...], label: str) -> None
     and for a column named like the row numbers every input gets (:data:`ROW`)."""
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
+        if "\x00" in name:   # no file format or SQL name holds one (polars' export panics on it)
+            raise InputError(f"column name {name!r} (position {i + 1}) holds a NUL character; rename the column",
+                             file=label)
         key = _ascii_lower(name.strip())
         if _ascii_lower(name) == ROW:
             raise InputError(f"column name {name!r} (position {i + 1}) is dcaudit's own: it numbers the rows of "
@@ -335,8 +352,11 @@ def input_digests(data: object, label: str | None = None) -> dict[str, str]:
     """Input name -> sha256 of ``data`` without registering it: a file's bytes, or a frame's Arrow stream."""
     if isinstance(data, str | Path):
         path = Path(data)
-        if any(ch in path.name for ch in "*?["):
-            return {f.name: sha256_file(f) for f in sorted(path.parent.glob(path.name))}
+        if is_glob(path):
+            files = glob_files(path)
+            names = [f.name for f in files]
+            # a file's name, or its path where two files of the glob share a name (data/*/part.parquet)
+            return {(f.name if names.count(f.name) == 1 else str(f)): sha256_file(f) for f in files}
         return {path.name: sha256_file(check_file(path))}
     table, kind = as_arrow(data)
     if not isinstance(table, pa.Table):
@@ -376,6 +396,7 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
         # Arrow export at once (each holds the GIL or the frame's lock while it waits for the other) — a
         # notebook auditing one frame from a thread pool would hang.
         with _POLARS_EXPORT:
+            check_unique_columns(list(frame.columns), what)   # a NUL in a name panics polars' Arrow export
             objects = [n for n, t in frame.schema.items() if str(t) == "Object"]
             if objects:  # Python objects: to_arrow would hand over their addresses
                 raise InputError("a polars Object column holds Python objects, which cannot be compared as values; "
@@ -385,6 +406,10 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
             except Exception as exc:  # noqa: BLE001 - polars' or pyarrow's export error: find the column
                 raise _polars_column_problem(frame, exc, what) from None
     if module == "pandas" and kind == "DataFrame":
+        levels = getattr(data.columns, "nlevels", 1)  # type: ignore[attr-defined]
+        if levels > 1:  # ('x', 'a') would become the column "('x', 'a')", a name nobody would write
+            raise InputError(f"the frame's columns have {levels} levels (a MultiIndex); flatten them first, e.g. "
+                             "df.columns = ['_'.join(map(str, c)) for c in df.columns]", file="pandas DataFrame")
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
         try:
@@ -461,21 +486,41 @@ def _arrow_sha256(table: pa.Table) -> str:
     return sink.h.hexdigest()
 
 
+def is_glob(path: Path | str) -> bool:
+    """Whether ``path`` is read as a glob: it holds ``*``, ``?`` or ``[`` (in its name or in a folder's, as DuckDB
+    reads it) and is not an existing file of that very name (``run[1].parquet`` is that file)."""
+    path = Path(path)
+    return any(ch in str(path) for ch in "*?[") and not (path.exists() and not path.is_dir())
+
+
+def glob_files(path: Path | str) -> list[Path]:
+    """The files a glob matches, as DuckDB matches them (its ``glob()``), so the files checked here are the
+    files ``read_parquet`` reads: Python's glob takes ``run[1]/*.parquet`` for the folder ``run[1]`` where
+    DuckDB reads ``run1/``, and DuckDB also reads hidden files and ``**`` as any depth of folders."""
+    try:
+        with duckdb.connect() as con:
+            found = [r[0] for r in con.execute("SELECT file FROM glob(?) ORDER BY file", [str(path)]).fetchall()]
+    except duckdb.Error as exc:
+        raise InputError(f"cannot list the glob's files: {duckdb_message(exc)}", file=str(path)) from None
+    return [Path(f) for f in found]
+
+
 def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None,
                    text_columns: tuple[str, ...] = ()) -> RegisteredInput:
     text = str(path)
     name = label or text
-    literal = path.exists() and not path.is_dir()  # run[1].parquet is a name, not a glob
-    if any(ch in path.name for ch in "*?[") and not literal:
+    if is_glob(path):   # run[1].parquet, when it exists, is a name, not a glob
         if not path.name.lower().endswith(PARQUET_SUFFIXES):
             raise InputError("a glob must name Parquet files (e.g. data/*.parquet)", file=text)
-        files = sorted(path.parent.glob(path.name))
+        files = glob_files(path)
         if not files:
             raise InputError("the glob matches no file", file=text)
         refused: dict[str, tuple[str, str]] = {}
         spelled: dict[str, tuple[str, Path]] = {}   # a column name as DuckDB compares it -> (first spelling, file)
+        schemas: list[tuple[Path, pa.Schema]] = []
         for f in files:  # DuckDB would rename a repeated column of any file (e, e_1)
             schema = _parquet_schema(check_file(f))
+            schemas.append((f, schema))
             check_unique_columns(schema.names, str(f))
             refused = {**_refused_columns(schema), **refused}   # the first file's reason for a column stands
             for column in schema.names:   # union_by_name matches names across files without case
@@ -483,9 +528,10 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
                 if first != column:
                     raise InputError(f"column {column!r} of {f} and {first!r} of {where} differ only in case: DuckDB "
                                      "would read them as one column; give them one spelling", file=text)
+        select = f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)"
+        refused = {**_rounding_union(con, select, schemas), **refused}
         view = view_name(name)
-        _create_view(con, view, refusing_view(f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)",
-                                              refused, name), name)
+        _create_view(con, view, refusing_view(select, refused, name), name)
         return _described(con, view, name, has_row=False)
     path = check_file(path)
     lower = path.name.lower()
@@ -494,9 +540,10 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         schema = _parquet_schema(path)
         names = schema.names
         check_unique_columns(names, text)
-        if "file_row_number" in (n.lower() for n in names) or any(ch in path.name for ch in "*?["):
+        if "file_row_number" in (n.lower() for n in names) or any(ch in text for ch in "*?["):
             # DuckDB numbers the rows in a column of that name and refuses a file that has one, and reads a
-            # name with * ? [ as a glob (run[1].parquet would read run1.parquet): read the file through Arrow
+            # path with * ? [ as a glob, in a folder's name too (run[1].parquet would read run1.parquet, and
+            # run[1]/a.parquet run1/a.parquet): read the file through Arrow
             # instead (the rare case; a copy in memory) and number the rows as for a CSV
             import pyarrow.parquet as pq
 
@@ -513,6 +560,75 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
     else:
         raise InputError(f"unknown file type; use one of {', '.join(SUFFIXES)}", file=text)
     return _described(con, view, name)
+
+
+def _rounding_union(con: duckdb.DuckDBPyConnection, select: str, schemas: list[tuple[Path, pa.Schema]]
+                    ) -> dict[str, tuple[str, str]]:
+    """The columns of a Parquet glob that DuckDB would read as numbers other than the files hold (column ->
+    (why, its DuckDB type)): where one file holds integers or decimals and another floats, ``union_by_name``
+    reads the column as FLOAT or DOUBLE, and 2^53 + 1 (as a FLOAT, 2^24 + 1) becomes its neighbour — two
+    candidates one fiber without a word. Integers of at most 16 bits (a FLOAT) or 32 (a DOUBLE) and decimals
+    of at most 6 or 15 digits are exact, and so are 64-bit integers whose row-group statistics lie within
+    ±2^24 or ±2^53 (pandas writes a chunk with a missing value as float64, the others as int64); anything else
+    is refused when an audit reads the column. Files that agree on a column's type cost nothing here."""
+    differ = [name for name in {n for _, s in schemas for n in s.names}
+              if len({str(s.field(name).type) for _, s in schemas if name in s.names}) > 1]
+    if not differ:
+        return {}
+    union = {r[0]: str(r[1]) for r in con.execute(f"DESCRIBE {select}").fetchall()}
+    out: dict[str, tuple[str, str]] = {}
+    for name in differ:
+        duck = union.get(name, "")
+        floating = re.search(r"\b(FLOAT|DOUBLE)\b", duck)
+        if not floating:
+            continue
+        bits = 24 if floating.group(1) == "FLOAT" else 53
+        for f, schema in schemas:
+            if name not in schema.names:
+                continue
+            t = schema.field(name).type
+            exact = [x for x in _walk(t) if pa.types.is_integer(x) or pa.types.is_decimal(x)]
+            if not exact or any(pa.types.is_floating(x) for x in _walk(t)):
+                continue
+            if all(_fits_float(x, bits) for x in exact):
+                continue
+            if pa.types.is_integer(t) and _statistics_within(f, name, 2**bits):
+                continue
+            other = next((g for g, sc in schemas if name in sc.names
+                          and any(pa.types.is_floating(x) for x in _walk(sc.field(name).type))), None)
+            out[name] = (f"{f} holds it as {t}, {other} as floats: DuckDB reads the glob's column as {duck}, "
+                         f"which rounds integers beyond 2^{bits} (two values would become one); give it one type "
+                         "in every file", duck)
+            break
+    return out
+
+
+def _fits_float(t: pa.DataType, bits: int) -> bool:
+    """Whether every value of the integer or decimal type ``t`` is a distinct float of ``bits`` mantissa bits
+    (24 for FLOAT, 53 for DOUBLE): integers up to 16 or 32 bits, decimals up to 6 or 15 digits."""
+    if pa.types.is_integer(t):
+        return t.bit_width <= (16 if bits == 24 else 32)
+    return t.precision <= (6 if bits == 24 else 15)
+
+
+def _statistics_within(path: Path, column: str, limit: int) -> bool:
+    """Whether the row-group statistics of a top-level integer ``column`` of a Parquet file show every value
+    within ±``limit`` (False when a row group has none): its footer only, no data."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+        index = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == column)
+        for g in range(meta.num_row_groups):
+            chunk = meta.row_group(g).column(index)
+            if chunk.num_values == 0:
+                continue
+            stats = chunk.statistics
+            if stats is None or not stats.has_min_max or max(abs(int(stats.min)), abs(int(stats.max))) > limit:
+                return False
+    except (StopIteration, OSError, ValueError, TypeError, pa.ArrowException):
+        return False
+    return True
 
 
 def _row_numbers(n: int) -> pa.Array:
@@ -562,7 +678,67 @@ def _parquet_schema(path: Path) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except Exception as exc:  # noqa: BLE001 - any reader error: the file is not usable Parquet
-        raise InputError(f"not a readable Parquet file ({str(exc).splitlines()[0][:200]})", file=str(path)) from None
+        head = _head(path)
+        what = next((f"; the file is {kind}" for magic, kind in _MAGIC if head.startswith(magic) and magic != b"PAR1"),
+                    "")
+        if not what and head[:1] != b"PAR1"[:1] and _looks_like_text(head):
+            what = "; the file is text (a CSV?): give it a .csv name"
+        raise InputError(f"not a readable Parquet file ({str(exc).splitlines()[0][:200]}){what}",
+                         file=str(path)) from None
+
+
+# What a file's first bytes say it is, for a file whose name says otherwise
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"PAR1", "Parquet (its bytes start with PAR1): give it a .parquet name"),
+    (b"\x1f\x8b", "gzip-compressed: give it a .gz name (data.csv.gz)"),
+    (b"PK\x03\x04", "a ZIP archive (an .xlsx workbook is one): unzip it, or save the sheet as CSV"),
+    (b"BZh", "bzip2-compressed: decompress it, or compress it with gzip (.csv.gz)"),
+    (b"\xfd7zXZ\x00", "xz-compressed: decompress it, or compress it with gzip (.csv.gz)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it, or compress it with gzip (.csv.gz)"),
+    (b"\xff\xfe", "UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8"),
+    (b"\xfe\xff", "UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8"),
+)
+
+
+def _head(path: Path, n: int = 4096) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:   # not just a character cut at the end of the sample
+            return False
+    return b"\x00" not in head and any(sep in head for sep in (b",", b";", b"\t", b"|"))
+
+
+def _not_csv(path: Path) -> str | None:
+    """Why a file named as CSV is not one, from its first bytes (Parquet, a ZIP, bzip2, UTF-16 ...; a ``.gz``
+    name without gzip inside, a gzip without a ``.gz`` name), or None. Four bytes read, and only here: the
+    readers would call such a file "not UTF-8 at line 1", or read gzip as text."""
+    head = _head(path, 8)
+    gz = path.name.lower().endswith(".gz")
+    if gz and not head.startswith(b"\x1f\x8b"):
+        inner = next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)
+        return ("the name ends in .gz, but the file is not gzip-compressed"
+                + (f": it is {inner}" if inner else ": give it a name without .gz"))
+    if gz:   # what is inside the gzip: Parquet or a ZIP compressed again is no CSV either
+        try:
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(8)
+        except (OSError, EOFError):
+            return None   # a truncated or broken gzip: the reader names it
+        if head.startswith(b"\x1f\x8b"):
+            return "not a CSV file: it is gzip-compressed twice (gzip inside gzip); decompress it once"
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return f"not a CSV file: it is {kind}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -581,6 +757,7 @@ def _separator(path: Path) -> str:
             header = fh.readline()
     except (OSError, EOFError, UnicodeDecodeError):
         return ","
+    header = re.sub(r'"(?:[^"]|"")*"', "", header)   # a separator inside a quoted name separates nothing
     counts = {sep: header.count(sep) for sep in (",", ";", "\t", "|")}
     best = max(counts, key=lambda s: counts[s])
     return best if counts[best] > 0 else ","
@@ -595,9 +772,14 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
     fields are NULL and nothing else is ("NA" stays text, as in polars); dates, times and timestamps stay
     text as the file writes them; a column with no value at all is text. ``text_columns`` (the candidate id)
     are read as text: an id ``007`` stays ``007``, where a number would make it ``7``."""
-    sep = _separator(path)
     text = str(path)
+    wrong = _not_csv(path)
+    if wrong:
+        raise InputError(wrong, file=text)
+    sep = _separator(path)
     header = _header(path, sep)
+    if any("\x00" in name for name in header):   # UTF-16 without a byte order mark: every other byte is NUL
+        raise InputError("the header holds NUL bytes, as UTF-16 text does; save the file as UTF-8", file=text)
     check_unique_columns(header, text)
     as_text = {c: pa.string() for c in text_columns if c in header}
     # one column: a blank line is an empty value (a missing one), not a line to skip
@@ -616,10 +798,14 @@ def read_csv(path: Path, text_columns: tuple[str, ...] = ()) -> pa.Table:
                 table = _arrow_csv(path, opts, as_text | temporal | exact | hexed, block=block)
             break
         except (pa.ArrowInvalid, OSError, EOFError) as exc:
-            if "straddling" in str(exc) and block != _BLOCK_SIZES[-1]:
-                continue  # a value longer than a block (1 MB): read again in larger blocks
-            if "Empty CSV file" in str(exc):
-                raise InputError("file has no header or data", file=text) from None
+            # a value longer than a block (1 MB), or a header that is (pyarrow then finds no line in the first
+            # block: "Empty CSV file or block"): read again in larger blocks
+            longer = "straddling" in str(exc) or ("Empty CSV file" in str(exc) and any(header))
+            if longer and block != _BLOCK_SIZES[-1]:
+                continue
+            if "Empty CSV file" in str(exc):   # a header without a line end after it has no data rows either
+                raise InputError("no data rows (only a header)" if any(header) else "file has no header or data",
+                                 file=text) from None
             raise InputError(_csv_problem(path, sep, exc), file=text) from None
     if any(pa.types.is_binary(f.type) for f in table.schema):  # bytes that are not UTF-8 text
         raise InputError(_csv_problem(path, sep, ValueError("a column holds bytes that are not UTF-8 text")),
@@ -732,7 +918,10 @@ def _arrow_csv(path: Path, opts: _CsvOptions, column_types: Mapping[str, pa.Data
                include: list[str] | None = None, block: int | None = None) -> pa.Table:
     import pyarrow.csv as pacsv
 
+    # true/false only: pyarrow's default also reads 1 and 0 as booleans, so a column of 1, 0 and true would be
+    # booleans in which 1 and true are one value (pandas and polars read such a column as text)
     convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
+                                   true_values=["true", "True", "TRUE"], false_values=["false", "False", "FALSE"],
                                    column_types=dict(column_types or {}), include_columns=include or [])
     # newlines_in_values: a quoted field may span lines (as in polars and Python's csv module)
     parse = pacsv.ParseOptions(delimiter=opts.sep, newlines_in_values=True,
@@ -742,18 +931,27 @@ def _arrow_csv(path: Path, opts: _CsvOptions, column_types: Mapping[str, pa.Data
 
 
 def _header(path: Path, sep: str) -> list[str]:
+    limit = csv.field_size_limit()
+    csv.field_size_limit((1 << 31) - 1)  # a long name is no error (the csv module stops at 128 KB)
     try:
         with _open_text(path) as fh:
             return next(csv.reader(fh, delimiter=sep), [])
     except (OSError, EOFError) as exc:
         raise InputError(f"cannot read ({exc})", file=str(path)) from None
+    except csv.Error as exc:
+        raise InputError(f"line 1: {exc}", file=str(path)) from None
     except UnicodeDecodeError:  # the reader decodes a block ahead of the header: find the line itself
         line = _first_non_utf8_line(path) or 1
         raise InputError(f"line {line} is not UTF-8 text; save the file as UTF-8", file=str(path)) from None
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
     """One line saying where a CSV is broken: a ragged or undecodable line, or a truncated archive."""
+    damaged = _gzip_damage(path) if path.name.lower().endswith(".gz") else None
+    if damaged:   # a flipped bit decodes to garbage lines before the checksum at the end says so: say that
+        return damaged
     line = 0
     limit = csv.field_size_limit()
     csv.field_size_limit((1 << 31) - 1)  # a long value is no problem here (pyarrow's block size is retried)
@@ -781,6 +979,20 @@ def _csv_problem(path: Path, sep: str, exc: Exception) -> str:
     finally:
         csv.field_size_limit(limit)
     return f"cannot read as CSV: {str(exc).splitlines()[0][:200]}"
+
+
+def _gzip_damage(path: Path) -> str | None:
+    """Why a gzip file's bytes are not what was compressed (its CRC or length check fails, it ends early), or
+    None: read through once, on the error path only."""
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+    except (OSError, EOFError, zlib.error) as err:
+        return f"the file is damaged or truncated: its gzip data does not check out ({err})"
+    return None
 
 
 def _first_non_utf8_line(path: Path) -> int | None:
@@ -898,6 +1110,8 @@ _NUMBER_KEY = ("coalesce(CAST(TRY_CAST(trim({q}) AS DECIMAL(38, 18)) AS VARCHAR)
 # A text value that reads as a finite number; "nan" and "inf" count as text: in a text column they are fiber
 # values of their own, not the NaN or infinity a number column would exclude
 _FINITE = "CASE WHEN isfinite(TRY_CAST(trim({q}) AS DOUBLE)) THEN TRY_CAST(trim({q}) AS DOUBLE) END"
+# A number with a decimal comma or thousands separators (1,5; -0,25; 1,000,000.5), as a text value holds it
+_COMMA_NUMBER = r"\s*[-+]?([0-9]+(,[0-9]+)?|[0-9]{1,3}(,[0-9]{3})+([.][0-9]+)?)\s*"
 MIXED_TEXT_KIND = "evidence_numbers_and_text"
 SPELLINGS_KIND = "evidence_number_spellings"
 
@@ -920,12 +1134,22 @@ def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str,
         SELECT count(*) FILTER (WHERE d IS NOT NULL), count(*) FILTER (WHERE d IS NULL),
                {'arg_min(v, r)' if ROW in types else 'min(v)'} FILTER (WHERE d IS NULL), min(r) FILTER (WHERE d IS NULL),
                {'arg_min(i, r)' if ROW in types else 'min(i)'} FILTER (WHERE d IS NULL),
-               count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT k) FILTER (WHERE d IS NOT NULL)
+               count(DISTINCT v) FILTER (WHERE d IS NOT NULL), count(DISTINCT k) FILTER (WHERE d IS NOT NULL),
+               count(*) FILTER (WHERE d IS NULL AND CASE WHEN contains(v, ',') THEN regexp_full_match(v, {
+                   quote_string(_COMMA_NUMBER)}) ELSE false END)
         FROM (SELECT {q} AS v, {_FINITE.format(q=q)} AS d, {_NUMBER_KEY.format(q=q)} AS k, {row} AS r,
                      {ident} AS i
               FROM {relation} WHERE {q} IS NOT NULL)""").fetchall()[0]
-    n_numbers, n_text, value, first_row, candidate, spellings, numbers = found
+    n_numbers, n_text, value, first_row, candidate, spellings, numbers, n_comma = found
     kind = MIXED_TEXT_KIND
+    if n_comma and n_comma == n_text:
+        # every value that is no number is one with a decimal comma (1,5) or a thousands separator (1,000):
+        # a column of numbers, compared as text (1,5 and 1,50 are two fiber values)
+        return _finding(source, label, first_row, column, SPELLINGS_KIND, candidate,
+                        f"{n_comma} value(s) look like numbers written with a decimal comma or a thousands separator, e.g. "
+                        f"{str(value)[:40]!r}: the column is text, so the exact rule compares them as written (1,5 "
+                        "and 1,50 are different fiber values) and a binned rule refuses it; write numbers with a "
+                        "decimal point and no separators")
     if not n_numbers:
         return None
     if not n_text:
@@ -954,6 +1178,16 @@ def numbers_and_text(con: duckdb.DuckDBPyConnection, relation: str, column: str,
 
     return arrays.table({"source": [source], "file": [label], "row": [first_row], "column": [column],
                          "kind": [kind], "detail": [detail], "candidate_id": [candidate]},
+                        {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
+                         "detail": "string", "candidate_id": "string"})
+
+
+def _finding(source: str, label: str, row: int | None, column: str, kind: str, candidate: str | None,
+             detail: str) -> pa.Table:
+    from dcaudit import arrays
+
+    return arrays.table({"source": [source], "file": [label], "row": [row], "column": [column], "kind": [kind],
+                         "detail": [detail], "candidate_id": [candidate]},
                         {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
                          "detail": "string", "candidate_id": "string"})
 
@@ -1023,10 +1257,12 @@ def check_ids(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *,
     if not n_repeat:
         return None
     y = f"CAST(({claim_sql}) AS BOOLEAN)" if claim_sql else "NULL::BOOLEAN"
-    dup = con.sql(f"""SELECT CAST({q} AS VARCHAR) AS candidate_id, count(*) AS n,
+    # grouped by the value, as count(DISTINCT) counts: 0.0 and -0.0 are one float id, but two texts
+    dup = con.sql(f"""SELECT CAST(min({q}) AS VARCHAR) AS candidate_id, count(*) AS n,
                              count(DISTINCT {y}) > 1 AS conflicting,
                              {f'min({ROW})' if ROW in _columns(con, relation) else 'NULL'} AS first_row
-                      FROM {relation} GROUP BY 1 HAVING count(*) > 1 ORDER BY first_row NULLS LAST, 1""")
+                      FROM {relation} WHERE {q} IS NOT NULL GROUP BY {q} HAVING count(*) > 1
+                      ORDER BY first_row NULLS LAST, 1""")
     if duplicates == "error":
         head = dup.limit(5).fetchall()
         shown = ", ".join(f"{r[0]!r} ({r[1]}×)" for r in head)
@@ -1046,31 +1282,40 @@ _ID_PADDING = " \t\r\n\u00a0\u2007\u202f\u3000"
 
 
 def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, *, source: str = "") -> pa.Table | None:
-    """Findings rows for text candidate ids that differ only by surrounding white space or by their Unicode
-    normal form (``A1`` and ``A1 ``; ``é`` as one code point or as ``e`` and an accent): different ids to
-    every exact comparison, so different candidates, but most likely one candidate written twice. Kept and
-    reported (one row per such group: kind ``id_spellings``, its first row and spellings), never merged: an
-    id's letter case is not folded, as SMILES (``c`` and ``C``) tell case apart. None when there are none."""
+    """Findings rows for text candidate ids that differ only by surrounding white space, by their Unicode
+    normal form (``A1`` and ``A1 ``; ``é`` as one code point or as ``e`` and an accent) or by how they write
+    one number (``7``, ``007``, ``7.0``, ``+7``: a CSV's ids are read as text, where pandas and polars would
+    read one number): different ids to every exact comparison, so different candidates, but most likely one
+    candidate written twice. Kept and reported (one row per such group: kind ``id_spellings``, its first row
+    and spellings), never merged: an id's letter case is not folded, as SMILES (``c`` and ``C``) tell case
+    apart. None when there are none."""
     types = column_types(con, relation)
     if id_column == ROW or value_kind(types.get(id_column, "")) != "text":
         return None
     q = quote_identifier(id_column)
     pad = quote_string(_ID_PADDING)
-    # Only an id with a non-ASCII character (strlen counts bytes, length characters) or ASCII white space at
-    # an end can have another spelling: one scan finds them (~0.04-0.06 s a million ids). Each such id then
-    # costs a trim and a normalisation (~0.3-0.5 s a million when every id is one).
+    # Only an id with a non-ASCII character (strlen counts bytes, length characters), ASCII white space at
+    # an end, or a number not written as a plain integer (0.5, 007, +7, 1e3) can have another spelling: one
+    # scan finds them (~0.1-0.15 s a million ids). Each such id then costs a trim, a normalisation and a
+    # number's cast (~0.3-0.5 s a million when every id is one).
     ends = " OR ".join(f"{f}({q}, {quote_string(c)})" for f in ("starts_with", "ends_with") for c in " \t\r\n")
-    suspect = f"(strlen({q}) <> length({q}) OR {ends})"
+    # a number not written as a plain integer (first character + , - . / or a digit; a CASE, as DuckDB's AND
+    # would run the regular expression on every id)
+    number = f"CASE WHEN ascii({q}) BETWEEN 43 AND 57 THEN regexp_full_match({q}, {quote_string(_ID_RESPELLED)}) " \
+             "ELSE false END"
+    suspect = f"(strlen({q}) <> length({q}) OR {ends} OR {number})"
     n_suspect, n_ids = con.execute(f"SELECT count(*) FILTER (WHERE {suspect}), count({q}) FROM {relation}").fetchall()[0]
     if not n_suspect:
         return None
     row = ROW if ROW in types else "NULL::BIGINT"
-    key = f"nfc_normalize(trim({q}, {pad}))"
+    text_key = f"nfc_normalize(trim({q}, {pad}))"   # t; the key: the number t writes, else t (_keyed)
     # Keys shared by two ids: among the suspect ids, or a suspect's key
-    # that another id spells as it is (an id without padding or non-ASCII characters is its own key). Only
+    # that another id spells as it is (an id without padding, non-ASCII characters or a number written other
+    # than as a plain integer is its own key). Only
     # those keys are then grouped with their rows, so ids in normal form cost one normalisation each.
     shared = f"""
-        WITH s AS MATERIALIZED (SELECT {q} AS id, {key} AS k FROM {relation} WHERE {suspect})
+        WITH s AS MATERIALIZED (
+            SELECT id, k FROM ({_keyed(f"SELECT {q} AS id, {text_key} AS t FROM {relation} WHERE {suspect}")}))
         SELECT k FROM s GROUP BY k HAVING count(DISTINCT id) > 1"""
     if n_suspect < n_ids:  # ids that are their own key exist: one may be another's key
         shared += f" UNION SELECT s.k FROM s JOIN {relation} o ON o.{q} = s.k WHERE s.id <> s.k"
@@ -1082,8 +1327,8 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
         found = con.execute(f"""
             SELECT k, count(DISTINCT id) AS n, min(r) AS first_row, list(DISTINCT id ORDER BY id)[1:3] AS shown,
                    arg_min(id, {'r' if row == ROW else 'id'}) AS first_id
-            FROM (SELECT {q} AS id, CASE WHEN {suspect} THEN {key} ELSE {q} END AS k, {row} AS r
-                  FROM {relation} WHERE {q} IS NOT NULL)
+            FROM ({_keyed(f"SELECT {q} AS id, CASE WHEN {suspect} THEN {text_key} END AS t, {row} AS r "
+                          f"FROM {relation} WHERE {q} IS NOT NULL")})
             WHERE k IN (SELECT k FROM {keys})
             GROUP BY k ORDER BY first_row NULLS LAST, k""").fetchall()
     finally:
@@ -1093,7 +1338,8 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
     from dcaudit import arrays
 
     label = label_of(relation)
-    details = [f"{n} ids differ only by surrounding white space or Unicode normalisation, e.g. {_spellings(shown)}: "
+    details = [f"{n} ids differ only by surrounding white space, Unicode normalisation or how they write a number, "
+               f"e.g. {_spellings(shown)}: "
                "they are different candidates to every comparison; write each id one way if they are one"
                for _, n, _, shown, _ in found]
     return arrays.table({"source": [source] * len(found), "file": [label] * len(found),
@@ -1102,6 +1348,36 @@ def id_spellings(con: duckdb.DuckDBPyConnection, relation: str, id_column: str, 
                          "candidate_id": [r[4] for r in found]},
                         {"source": "string", "file": "string", "row": "int64", "column": "string", "kind": "string",
                          "detail": "string", "candidate_id": "string"})
+
+
+# A number as a CSV writes it: an optional sign, digits with an optional fraction, an optional exponent
+_ID_NUMBER = "[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
+
+
+# ... written other than as a plain integer: with a fraction, an exponent, a + sign, a leading zero, or -0
+_ID_RESPELLED = "[+-]?[0-9]*[.][0-9]*([eE][+-]?[0-9]+)?|[+-]?[0-9]+[eE][+-]?[0-9]+|[+][0-9]+|-?0[0-9]+|-0"
+
+
+def _keyed(inner: str) -> str:
+    """SQL: the rows of ``inner`` (a select of ``t``, an id's text trimmed and in normal form, NULL for an id
+    that is its own key, and other columns) with ``k``, the id's key: the number ``t`` writes, as a plain
+    integer or decimal, else ``t`` itself. ``007``, ``+7``, ``7.0`` and ``7e0`` are ``7`` (the key an id written
+    ``7`` is), ``.50`` is ``0.5``: exact for integers of up to 38 digits (HUGEINT) and for decimals of any
+    length (their text, without the integer part's leading and the fraction's trailing zeros); with an
+    exponent, or more digits, as the double it reads as (none for ±inf). Each part is computed once, in
+    layers: DuckDB would compute an expression as often as it is written."""
+    x = "TRY_CAST(t AS DOUBLE)"
+    number = (f"CASE WHEN regexp_full_match(t, '[+-]?[0-9]+') THEN CAST(TRY_CAST(t AS HUGEINT) AS VARCHAR) "
+              f"WHEN decimal THEN CASE WHEN starts_with(t, '-') AND (w <> '' OR f <> '') THEN '-' ELSE '' END || "
+              f"CASE WHEN w = '' THEN '0' ELSE w END || CASE WHEN f = '' THEN '' ELSE '.' || f END "
+              f"WHEN regexp_full_match(t, {quote_string(_ID_NUMBER)}) AND isfinite({x}) "
+              f"THEN CASE WHEN {x} = trunc({x}) AND abs({x}) < 9007199254740992 THEN CAST(CAST({x} AS BIGINT) AS VARCHAR) "
+              f"ELSE CAST({x} AS VARCHAR) END END")
+    return f"""SELECT * EXCLUDE (decimal, w, f), CASE WHEN t IS NULL THEN id ELSE coalesce({number}, t) END AS k
+               FROM (SELECT *, CASE WHEN decimal THEN ltrim(split_part(ltrim(t, '+-'), '.', 1), '0') END AS w,
+                               CASE WHEN decimal THEN rtrim(split_part(t, '.', 2), '0') END AS f
+                     FROM (SELECT *, regexp_full_match(t, '[+-]?([0-9]+[.][0-9]*|[.][0-9]+)') AS decimal
+                           FROM ({inner})))"""
 
 
 def _spellings(values: list[str]) -> str:
@@ -1184,4 +1460,6 @@ def duckdb_message(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     first = re.sub(r"^[A-Za-z ]*Error: ", "", first)
     first = re.sub(r"\b_(?:ev|grp|fib|arrow|csv)_[A-Za-z0-9_]+", "the input", first)
+    if _REFUSED in first and _REFUSED_END in first:   # a refused column's reason is told whole, however long
+        return first[:first.index(_REFUSED_END) + len(_REFUSED_END)]   # (its file's path may be long)
     return first[:300]
