@@ -31,7 +31,7 @@ from dcaudit import defaults
 from dcaudit.config import Settings, load_settings
 from dcaudit.errors import SpecError
 from dcaudit.evidence_map import EvidenceMap
-from dcaudit.inputs import ROW, Duplicates
+from dcaudit.inputs import ROW, Duplicates, glob_files, is_glob
 from dcaudit.source_query import LABEL as QUERY_LABEL
 from dcaudit.source_query import SourceQuery
 from dcaudit.spec import AuditTask, check_keys, split_names, typed_fields
@@ -396,7 +396,11 @@ def adhoc_name(data: object) -> str:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)] or name
             break
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    try:
+        where = str(path.resolve())
+    except (OSError, RuntimeError):   # a link that loops: the input contract names it; the name needs no target
+        where = os.path.abspath(path)
+    digest = hashlib.sha256(where.encode()).hexdigest()[:8]
     return f"{_SAFE.sub('_', name).strip('._-')[:60] or 'data'}-{digest}"   # a spec name starts with a word character
 
 
@@ -479,7 +483,11 @@ def _input_paths(spec: PipelineSpec, data: object) -> list[Path]:
         return []
     named = data if isinstance(data, str | Path) else spec.source
     path = Path(named)
-    return [path.parent if any(ch in path.name for ch in "*?[") else path]
+    if not is_glob(path):
+        return [path]
+    # the folders of the files the glob reads (parts/*/x.parquet reads several), and the pattern's own folder
+    folders = {f.parent for f in glob_files(path)}
+    return sorted(folders if is_glob(path.parent) else {path.parent, *folders})
 
 
 def _flags(**flags: object) -> list[bool]:

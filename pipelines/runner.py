@@ -760,7 +760,7 @@ def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:
     if spelled is not None:
         ctx.findings.append(spelled)
         ctx.notes.append(f"{spelled.num_rows} group(s) of candidate ids in {label_of(view)} differ only by "
-                         f"surrounding white space or Unicode normalisation (the first: "
+                         f"surrounding white space, Unicode normalisation or how they write a number (the first: "
                          f"{spelled['candidate_id'][0].as_py()[:40]!r}); each spelling is a candidate of its own "
                          "(findings.parquet lists them)")
 
