@@ -56,6 +56,7 @@ from dcaudit.storage import (
     TABLE_SCHEMAS,
     NotAFileError,
     process_alive,
+    read_manifest,
     regular_file,
     verify_package,
     write_bytes_atomic,
@@ -427,12 +428,7 @@ class Catalog:
         report.hashed = cache.hashed
         schemas = _TableFiles(cache)
         for run_dir in sorted(served):
-            present = cache.listed_names(run_dir)   # as listed for its verdict: no second listing
-            if present is None:
-                try:
-                    present = set(os.listdir(run_dir))
-                except OSError:
-                    present = set()
+            present = cache.recorded_names(run_dir)   # a table its manifest does not list is not served
             for name in CATALOG_TABLES:
                 if f"{name}.parquet" in present:
                     schemas.add(name, run_dir / f"{name}.parquet", run_dir)
@@ -865,6 +861,7 @@ class _VerifyCache:
         self.schemas: dict[str, list] = schemas or {}   # schema id -> [[column, kind], ...], stored once
         self._stat: dict[str, tuple[int, int]] = {}
         self._listed: dict[str, dict[str, tuple[int, int]]] = {}   # dir -> name -> stat, as listed this build
+        self._recorded: dict[str, set[str]] = {}   # dir -> the files its manifest lists (verified this build)
         self.listings: dict[str, list[list[object]]] = {}   # dir -> listing taken by the fingerprint, if any
         self._schema_rows: dict[str, list[tuple[str, str]]] = {}   # schema id -> its rows, converted once
 
@@ -908,11 +905,6 @@ class _VerifyCache:
         st = path.stat()
         return str(path), (st.st_size, st.st_mtime_ns)
 
-    def listed_names(self, run_dir: Path) -> set[str] | None:
-        """The files of ``run_dir`` as :meth:`package_problems` listed them in this build (None: not listed)."""
-        listed = self._listed.get(str(run_dir))
-        return set(listed) if listed is not None else None
-
     def hash_ok(self, path: Path, digest: str) -> bool | None:
         key, stat = self._key(path)
         self._stat[key] = stat   # taken before hashing: a change while hashing invalidates the entry
@@ -945,16 +937,27 @@ class _VerifyCache:
             self._listed[str(run_dir)] = {str(n): (int(z), int(m)) for n, z, m in listing}  # type: ignore[call-overload]
         package = self.packages.get(str(run_dir))
         if listing is not None and isinstance(package, dict) and package.get("listing") == listing \
-                and isinstance(package.get("problems"), list):
+                and isinstance(package.get("problems"), list) and isinstance(package.get("recorded"), list):
+            self._recorded[str(run_dir)] = {str(n) for n in package["recorded"]}
             return [str(p) for p in package["problems"]]
         problems = verify_package(run_dir, hash_ok=self.hash_ok, remember=self.remember)
+        recorded: list[str] = []
+        if not problems:  # the files its manifest lists, all present and intact: the package's tables
+            with contextlib.suppress(OSError, ValueError):
+                recorded = sorted(read_manifest(run_dir).get("files") or {})
+        self._recorded[str(run_dir)] = set(recorded)
         if listing is not None:
             package = self.packages.get(str(run_dir))
             if not isinstance(package, dict) or not isinstance(package.get("files"), dict):
                 package = self.packages[str(run_dir)] = {"files": {}}
-            package["listing"], package["problems"] = listing, problems
+            package["listing"], package["problems"], package["recorded"] = listing, problems, recorded
             self.dirty = True
         return problems
+
+    def recorded_names(self, run_dir: Path) -> set[str]:
+        """The files the manifest of ``run_dir`` lists, as :meth:`package_problems` found them in this build
+        (empty when it was not asked, or found problems): a file it does not list is not the package's."""
+        return set(self._recorded.get(str(run_dir), ()))
 
     def schema(self, path: Path) -> list[tuple[str, str]]:
         _, stat = self._key(path)

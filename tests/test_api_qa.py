@@ -303,9 +303,19 @@ def test_load_never_mixes_a_package_with_the_one_replacing_it(tmp_path: Path, mo
 def test_load_names_tables_whose_run_id_is_not_the_manifests(tmp_path: Path) -> None:
     pkg = dcaudit.audit(FRAME, evidence="e", claim="y = 1").save(tmp_path / "pkg")
     manifest = json.loads((pkg / "manifest.json").read_text())
-    del manifest["files"]        # as a package written before hashes were recorded
     (pkg / "manifest.json").write_text(json.dumps({**manifest, "run_id": "another-run"}))
     with pytest.raises(SpecError, match="damaged: .*carry another run_id than"):
+        dcaudit.load(pkg)
+
+
+def test_load_refuses_a_manifest_that_records_no_digests(tmp_path: Path) -> None:
+    """A manifest whose 'files' was deleted loaded its tables unchecked (the path kept for "older packages",
+    though every version of dcaudit records the digests)."""
+    pkg = dcaudit.audit(FRAME, evidence="e", claim="y = 1").save(tmp_path / "pkg")
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    del manifest["files"]
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecError, match=r"damaged: .*manifest.json: records no sha256 digests \('files'\)"):
         dcaudit.load(pkg)
 
 

@@ -638,3 +638,22 @@ def pa_table_of_two():  # noqa: ANN201 - a pyarrow table
     import pyarrow as pa
 
     return pa.table({"x": [0, 1], "y": [0, 1]})
+
+
+def test_a_table_the_manifest_does_not_list_is_not_served(tmp_path: Path, bench: Path) -> None:
+    """A package table copied into a run's folder afterwards (its manifest does not list it, so nothing
+    verifies it) was served by the catalog's views as that run's."""
+    home = tmp_path / "home"
+    run = run_json(home, "run", str(spec_file(bench)))
+    package = Path(run["package_dir"])
+    assert not (package / "replay.parquet").exists()
+    table = pq.read_table(package / "fibers.parquet")
+    pq.write_table(table, package / "costs.parquet")   # a package table's name, written by hand
+    catalog_of(home).rebuild()
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    try:
+        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        assert "fibers" in views and "costs" not in views
+        assert con.execute("SELECT count(*) FROM fibers").fetchall()[0][0] == table.num_rows
+    finally:
+        con.close()
