@@ -372,3 +372,12 @@ def test_atomic_bytes_onto_a_directory_or_under_a_file_stop_with_the_path(tmp_pa
                                             f"{tmp_path / 'raw'} out of the way"):
         write_bytes_atomic(tmp_path / "raw" / "x.bin", b"x")
     assert (tmp_path / "raw").read_text() == "a file where a directory belongs"
+
+
+def test_a_tilde_target_is_the_users_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_package("~/pkg") made a folder named "~" in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    written = write_package(Path("~/pkg"), "r1", {"candidates": _candidates(3)}, {})
+    assert written == tmp_path / "home" / "pkg" and (written / "manifest.json").is_file()
+    assert not (tmp_path / "~").exists()
