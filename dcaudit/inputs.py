@@ -529,7 +529,10 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
                     raise InputError(f"column {column!r} of {f} and {first!r} of {where} differ only in case: DuckDB "
                                      "would read them as one column; give them one spelling", file=text)
         select = f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)"
-        refused = {**_rounding_union(con, select, schemas), **refused}
+        union = _union_types(con, select, schemas, text)
+        # the first file's own reason for a column stands, then a merge of types that is unsafe, then rounding
+        refused = {**_rounding_union(union, schemas), **_clashing_union(union, schemas), **refused}
+        _note_absent(con, name, schemas)
         view = view_name(name)
         _create_view(con, view, refusing_view(select, refused, name), name)
         return _described(con, view, name, has_row=False)
@@ -562,23 +565,38 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
     return _described(con, view, name)
 
 
-def _rounding_union(con: duckdb.DuckDBPyConnection, select: str, schemas: list[tuple[Path, pa.Schema]]
-                    ) -> dict[str, tuple[str, str]]:
+def _union_types(con: duckdb.DuckDBPyConnection, select: str, schemas: list[tuple[Path, pa.Schema]], label: str
+                 ) -> dict[str, str]:
+    """The DuckDB types ``union_by_name`` gives the columns of a glob whose files disagree on their Arrow type
+    (column -> type), read from the footers by DESCRIBE; empty, and nothing asked of DuckDB, when they agree."""
+    seen: dict[str, str] = {}
+    differ: set[str] = set()
+    for _, schema in schemas:
+        for f in schema:
+            if seen.setdefault(f.name, str(f.type)) != str(f.type):
+                differ.add(f.name)
+    if not differ:
+        return {}
+    try:
+        described = con.execute(f"DESCRIBE {select}").fetchall()
+    except duckdb.Error as exc:
+        if machine_limit(exc):
+            raise
+        raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
+    return {str(r[0]): str(r[1]) for r in described if r[0] in differ}
+
+
+def _rounding_union(union: Mapping[str, str], schemas: list[tuple[Path, pa.Schema]]) -> dict[str, tuple[str, str]]:
     """The columns of a Parquet glob that DuckDB would read as numbers other than the files hold (column ->
     (why, its DuckDB type)): where one file holds integers or decimals and another floats, ``union_by_name``
     reads the column as FLOAT or DOUBLE, and 2^53 + 1 (as a FLOAT, 2^24 + 1) becomes its neighbour — two
     candidates one fiber without a word. Integers of at most 16 bits (a FLOAT) or 32 (a DOUBLE) and decimals
     of at most 6 or 15 digits are exact, and so are 64-bit integers whose row-group statistics lie within
     ±2^24 or ±2^53 (pandas writes a chunk with a missing value as float64, the others as int64); anything else
-    is refused when an audit reads the column. Files that agree on a column's type cost nothing here."""
-    differ = [name for name in {n for _, s in schemas for n in s.names}
-              if len({str(s.field(name).type) for _, s in schemas if name in s.names}) > 1]
-    if not differ:
-        return {}
-    union = {r[0]: str(r[1]) for r in con.execute(f"DESCRIBE {select}").fetchall()}
+    is refused when an audit reads the column. ``union``: :func:`_union_types` (files that agree on a column's
+    type cost nothing here)."""
     out: dict[str, tuple[str, str]] = {}
-    for name in differ:
-        duck = union.get(name, "")
+    for name, duck in union.items():
         floating = re.search(r"\b(FLOAT|DOUBLE)\b", duck)
         if not floating:
             continue
@@ -601,6 +619,279 @@ def _rounding_union(con: duckdb.DuckDBPyConnection, select: str, schemas: list[t
                          "in every file", duck)
             break
     return out
+
+
+def _clashing_union(union: Mapping[str, str], schemas: list[tuple[Path, pa.Schema]]) -> dict[str, tuple[str, str]]:
+    """The columns of a Parquet glob whose files hold kinds of values that ``union_by_name`` would merge
+    unsafely (column -> (why, its DuckDB type)), refused when an audit reads the column: a bool beside numbers
+    (true becomes 1), text beside numbers, bools, dates or times (they become text as DuckDB writes them: 1.0
+    is '1.0', no longer the text '1'), text beside bytes, times without a time zone beside times with one
+    (read in the session's time zone), durations of two units or beside numbers (DuckDB reads a duration as a
+    count of its unit), decimals and integers no DECIMAL(38) holds together (fractions rounded, or larger
+    values unreadable), structs whose fields differ, and kinds DuckDB cannot read as one column at all
+    (a list beside a number, a date beside a time). Widenings that keep every value are silent: integers of
+    any widths and signs, floats of any widths, integers beside decimals that fit, string, large string and
+    dictionary-encoded strings, binary of any layout, timestamps of any unit or zone, a date beside a
+    timestamp, a column of nulls beside anything. Integers beside floats: :func:`_rounding_union`.
+
+    A merge whose converted side holds no value passes: when every file holding the column as the type whose
+    values would change (the numbers beside text, the bools beside numbers, the times without a zone) has it
+    null in every row by its footer's statistics (pandas writes a text column empty in a chunk as float64
+    nulls), nothing changes. Only footers are read, and only for such a pair."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, duck in union.items():
+        held: dict[str, tuple[pa.DataType, list[Path]]] = {}   # each distinct type -> the files holding it
+        for f, schema in schemas:
+            if name in schema.names:
+                held.setdefault(str(schema.field(name).type), (schema.field(name).type, []))[1].append(f)
+        types = list(held.values())
+        for i, (ta, files_a) in enumerate(types):
+            for tb, files_b in types[i + 1:]:
+                why = _clash(ta, tb, duck)
+                if why is None:
+                    continue
+                converted = _changed_kinds(ta, tb)
+                if converted:   # the files whose values would change: only those that hold any
+                    files_a, files_b = ([g for g in files if _kind(t) not in converted or not _all_null(g, name)]
+                                        for t, files in ((ta, files_a), (tb, files_b)))
+                    if not files_a or not files_b:
+                        continue
+                out[name] = (f"{files_a[0]} holds it as {ta}, {files_b[0]} as {tb}: {why}; give it one type in "
+                             "every file", duck)
+                break
+            if name in out:
+                break
+    return out
+
+
+def _changed_kinds(a: pa.DataType, b: pa.DataType) -> set[str]:
+    """The kinds (:func:`_kind`) of the top-level types ``a`` and ``b`` whose values DuckDB's merge changes, where
+    only one side changes (empty otherwise: both do, or the types are nested)."""
+    ka, kb = _kind(a), _kind(b)
+    pair = {ka, kb}
+    if "text" in pair and len(pair) == 2:
+        return {"text"} if "binary" in pair else pair - {"text"}
+    if "bool" in pair and pair - {"bool"} <= _NUMBER_KINDS:
+        return {"bool"}
+    if "timestamptz" in pair and pair & {"date", "timestamp"}:
+        return pair - {"timestamptz"}
+    durations = {k for k in pair if k.startswith("duration[")}
+    if durations and pair - durations <= _NUMBER_KINDS:
+        return pair   # a duration is read as its count, in one file as in a glob: with either side empty, no change
+    return set()
+
+
+def _all_null(path: Path, column: str) -> bool:
+    """Whether the footer of a Parquet file shows its top-level ``column`` null in every row (False when a row
+    group has no statistics, or the column is nested)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+        index = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == column)
+        for g in range(meta.num_row_groups):
+            chunk = meta.row_group(g).column(index)
+            stats = chunk.statistics
+            if chunk.num_values and (stats is None or not stats.has_null_count
+                                     or stats.null_count != chunk.num_values):
+                return False
+    except (StopIteration, OSError, ValueError, TypeError, pa.ArrowException):
+        return False
+    return True
+
+
+def _kind(t: pa.DataType) -> str:
+    """What a column of type ``t`` holds, as DuckDB reads it from Parquet: types of one kind read as one."""
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    if isinstance(t, pa.ExtensionType):
+        return f"extension {t.extension_name}"
+    for kind, test in (("null", pa.types.is_null), ("bool", pa.types.is_boolean), ("int", pa.types.is_integer),
+                       ("float", pa.types.is_floating), ("decimal", pa.types.is_decimal),
+                       ("date", pa.types.is_date), ("time", pa.types.is_time), ("map", pa.types.is_map),
+                       ("struct", pa.types.is_struct)):
+        if test(t):
+            return kind
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz is None else "timestamptz"
+    if pa.types.is_duration(t):
+        return f"duration[{t.unit}]"
+    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+        return "text"
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or pa.types.is_binary_view(t)):
+        return "binary"
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
+        return "list"
+    return str(t)
+
+
+_NUMBER_KINDS = frozenset({"int", "float", "decimal"})
+_KIND_WORDS = {"int": "integers", "float": "floats", "decimal": "decimals", "bool": "bools", "date": "dates",
+               "time": "times", "timestamp": "timestamps", "timestamptz": "timestamps"}
+
+
+def _clash(a: pa.DataType, b: pa.DataType, duck: str) -> str | None:
+    """Why DuckDB's ``union_by_name`` merge of a column of type ``a`` in one file and ``b`` in another is not
+    safe (``duck``: the type it reads the glob's column as), or None: the same kinds, or a widening that keeps
+    every value (nested types are compared inside)."""
+    ka, kb = _kind(a), _kind(b)
+    pair = {ka, kb}
+    if "null" in pair:   # a column of nulls: missing values, whatever the other files hold
+        return None
+    if ka == kb:
+        if ka == "list":
+            return _clash(a.value_type, b.value_type, duck)
+        if ka == "map":
+            return _clash(a.key_type, b.key_type, duck) or _clash(a.item_type, b.item_type, duck)
+        if ka == "struct":
+            fa, fb = ([t.field(j).name for j in range(t.num_fields)] for t in (a, b))
+            if sorted(fa) != sorted(fb):
+                return (f"their fields differ ({', '.join(fa)} and {', '.join(fb)}): DuckDB reads the glob's column "
+                        f"as {duck}, with the fields a file lacks as missing (and names that differ only in case "
+                        "as one field)")
+            return next((why for n in fa if (why := _clash(a.field(n).type, b.field(n).type, duck))), None)
+        if ka == "decimal":
+            return _decimal_clash(a, b, duck)
+        return None
+    if pair <= {"int", "float"} or pair == {"decimal", "float"}:
+        return None   # exact or refused by the rounding check (_rounding_union)
+    if pair == {"int", "decimal"}:
+        return _decimal_clash(a, b, duck)
+    if pair == {"date", "timestamp"}:
+        return None   # a date is its midnight, exactly
+    if "timestamptz" in pair and pair & {"date", "timestamp"}:
+        return (f"DuckDB reads the glob's column as {duck}, taking the times without a time zone as times of "
+                "the session's time zone, so the values depend on the machine that runs the audit")
+    if "bool" in pair and pair - {"bool"} <= _NUMBER_KINDS:
+        return f"DuckDB reads the glob's column as {duck}, true as 1 and false as 0, one value with the number 1"
+    durations = sorted(k for k in pair if k.startswith("duration["))
+    if durations and pair - set(durations) <= _NUMBER_KINDS | {"text", "bool"}:
+        unit = durations[0][len("duration["):-1]
+        return (f"DuckDB reads a duration as a plain count of its unit ({unit}) and the glob's column as {duck}, "
+                "so counts of other units or plain numbers would be the same values (1 us and 1 ms would be one)")
+    if "text" in pair and pair & {"binary"}:
+        return f"DuckDB reads the glob's column as {duck}, the text as bytes, compared and shown as bytes"
+    if "text" in pair and pair - {"text"} <= _NUMBER_KINDS | {"bool", "date", "time", "timestamp", "timestamptz"}:
+        word = _KIND_WORDS[next(iter(pair - {"text"}))]
+        return (f"DuckDB reads the glob's column as {duck}, the {word} as text as DuckDB writes them (1 as '1', 1.0 "
+                "as '1.0', true as 'true'), equal to a text value only when spelled alike ('1' and '1.0' would be "
+                "two values)")
+    return f"DuckDB would read the glob's column as {duck}, converting one file's values or failing to read them"
+
+
+def _digits(t: pa.DataType) -> tuple[int, int]:
+    """(digits before the point, digits after it) that every value of the integer or decimal type ``t`` needs."""
+    if pa.types.is_integer(t):
+        return len(str(2 ** t.bit_width - 1 if not pa.types.is_signed_integer(t) else 2 ** (t.bit_width - 1))), 0
+    return t.precision - t.scale, t.scale
+
+
+def _decimal_clash(a: pa.DataType, b: pa.DataType, duck: str) -> str | None:
+    """Why no DECIMAL of DuckDB (at most 38 digits) holds every value of the integer or decimal types ``a`` and
+    ``b`` (DuckDB then drops the fraction or cannot read the larger values), or None."""
+    (ia, sa), (ib, sb) = _digits(a), _digits(b)
+    whole, fraction = max(ia, ib), max(sa, sb)
+    if whole + fraction <= 38:
+        return None
+    return (f"DuckDB reads the glob's column as {duck}, but {whole} digits before the point and {fraction} after "
+            f"need {whole + fraction}, beyond the 38 a decimal holds: fractions would be rounded (1.25 becoming 1) "
+            "or larger values fail to read")
+
+
+def _absent_table(label: str) -> str:
+    """The name :func:`_note_absent` registers a glob's absent columns under (unquoted)."""
+    return f"_glob_absent_{_safe(label)}"
+
+
+def _note_absent(con: duckdb.DuckDBPyConnection, label: str, schemas: list[tuple[Path, pa.Schema]]) -> None:
+    """Which files of a Parquet glob lack which of its columns, and how many rows each file has (from its
+    footer), kept beside the glob's view for :func:`absent_columns`: DuckDB's ``union_by_name`` reads a
+    column a file lacks as missing in every row of it. Nothing is kept, and no footer is read again, when
+    every file has every column."""
+    names = list(dict.fromkeys(n for _, schema in schemas for n in schema.names))
+    lacking = [(column, f) for column in names for f, schema in schemas if column not in schema.names]
+    con.unregister(_absent_table(label))   # a glob registered again on this connection
+    if not lacking:
+        return
+    import pyarrow.parquet as pq
+
+    rows: dict[Path, int | None] = {}
+    for _, f in lacking:
+        if f not in rows:
+            try:
+                rows[f] = pq.read_metadata(f).num_rows
+            except (OSError, ValueError, pa.ArrowException):   # its schema read: the count is only told
+                rows[f] = None
+
+    from dcaudit import arrays   # not pa.array of Python lists: that makes pyarrow import pandas (~0.3 s)
+
+    con.register(_absent_table(label), arrays.table(
+        {"column": [c for c, _ in lacking], "file": [str(f) for _, f in lacking],
+         "rows": [rows[f] for _, f in lacking], "files": [len(schemas)] * len(lacking)},
+        {"column": "string", "file": "string", "rows": "int64", "files": "int64"}))
+
+
+ABSENT_KIND = "glob_column_absent"
+
+
+def absent_columns(con: duckdb.DuckDBPyConnection, relation: str, columns: Iterable[str], *, id_column: str,
+                   source: str = "") -> tuple[pa.Table, list[str]] | None:
+    """Findings rows (one per file and column) and notes (one per column) for the ``columns`` an audit reads
+    that some files of a Parquet glob lack, else None: DuckDB reads such a column as missing in every row of
+    those files, so their candidates are excluded (``evidence_missing``, ``claim_missing``) — kept, and now
+    said why. The id column lacking from a file is an error naming the file: its rows would have no id.
+    Reads only what registration kept from the footers (:func:`_note_absent`), never the data."""
+    label = label_of(relation)
+    wanted = list(dict.fromkeys(c for c in (id_column, *columns) if c != ROW))
+    try:
+        kept = con.execute('SELECT "column", file, "rows", files FROM '
+                           f'{quote_identifier(_absent_table(label))} WHERE list_contains(?, "column")',
+                           [wanted]).fetchall()
+    except duckdb.CatalogException:   # not a glob, or every file has every column
+        return None
+    if not kept:
+        return None
+    by_column: dict[str, list[tuple[str, int | None]]] = {}
+    for column, file, n, _ in kept:
+        by_column.setdefault(column, []).append((file, n))
+    n_files = int(kept[0][3])
+
+    def counted(parts: list[tuple[str, int | None]]) -> str:
+        n = sum(r or 0 for _, r in parts)
+        return f"{n} row{'s' if n != 1 else ''}"
+
+    if id_column in by_column:
+        ids = by_column[id_column]
+        raise InputError(f"{len(ids)} of the glob's {n_files} files {'lacks' if len(ids) == 1 else 'lack'} the id "
+                         f"column, e.g. {ids[0][0]} ({counted(ids[:1])}): their rows would have no candidate id; "
+                         "give every file the column", file=label, column=id_column)
+    table: dict[str, list[object]] = {c: [] for c in ("source", "file", "row", "column", "kind", "detail",
+                                                      "candidate_id")}
+    notes = []
+    for column in wanted:
+        parts = by_column.get(column, [])
+        if not parts:
+            continue
+        for file, n in parts:
+            rows = "its rows" if n is None else f"its {counted([(file, n)])}"
+            for key, value in (("source", source), ("file", file), ("row", None), ("column", column),
+                               ("kind", ABSENT_KIND), ("candidate_id", None),
+                               ("detail", f"the file has no column {column!r}, which {n_files - len(parts)} other "
+                                          f"file(s) of the glob {label} have: DuckDB reads it as missing in "
+                                          f"{rows}, so those candidates are excluded as missing "
+                                          "(evidence_missing, claim_missing); give the file the column, with "
+                                          "empty values where they are missing")):
+                table[key].append(value)
+        shown = ", ".join(f for f, _ in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+        notes.append(f"{label}: column {column!r} is missing from {len(parts)} of its {n_files} files ({shown}; "
+                     f"{counted(parts)}): DuckDB reads it as missing there, so those candidates are excluded "
+                     f"(findings.parquet, kind {ABSENT_KIND!r})")
+    from dcaudit import arrays
+
+    return (arrays.table(table, {"source": "string", "file": "string", "row": "int64", "column": "string",
+                                 "kind": "string", "detail": "string", "candidate_id": "string"}), notes)
 
 
 def _fits_float(t: pa.DataType, bits: int) -> bool:

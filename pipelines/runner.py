@@ -64,6 +64,7 @@ from dcaudit.inputs import (
     PARQUET_SUFFIXES,
     ROW,
     RegisteredInput,
+    absent_columns,
     as_arrow,
     check_ids,
     column_types,
@@ -701,6 +702,7 @@ def _no_rows(path: Path) -> bool:
 
 def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
     out: dict[str, list[pa.Table]] = {"summary": [], "fibers": [], "candidates": []}
+    check_absent_columns(ctx)
     for task in ctx.spec.audits:
         if task.per is not None:  # one audit per model (or other group column) plus the median across them
             from dcaudit.audits.groups import audit_per_group
@@ -732,6 +734,20 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
             out["candidates"].append(result.candidates)
     _note_support_moves(ctx)
     return out
+
+
+def check_absent_columns(ctx: StageContext) -> None:
+    """Findings (and a note per column) for the columns the audits read that some files of a Parquet glob
+    lack (DuckDB reads them as missing there); an id column some files lack is an error naming them."""
+    read: dict[str, list[str]] = {}
+    for task in ctx.spec.audits:
+        read.setdefault(ctx.view_for(task.table), []).extend(
+            [*task.evidence.columns, *task.claim.columns, *(c for c in (task.per, task.identity) if c)])
+    for view, columns in read.items():
+        found = absent_columns(ctx.con, view, columns, id_column=ctx.spec.id_column, source=ctx.source)
+        if found is not None:
+            ctx.findings.append(found[0])
+            ctx.notes.extend(found[1])
 
 
 def check_candidate_ids(ctx: StageContext, view: str, task: AuditTask) -> None:

@@ -1,0 +1,311 @@
+"""Parquet globs whose files disagree on a column: DuckDB's ``union_by_name`` reads them as one column, and what
+it makes of them is refused (when an audit reads the column), reported (a column some files lack) or, for
+widenings that keep every value, the same as one file holding all the rows. Every file is written here."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import dcaudit
+from dcaudit import inputs
+from dcaudit.claims import quote_identifier
+from dcaudit.cli import cli
+from dcaudit.errors import InputError
+
+D = decimal.Decimal
+PROVENANCE = ("run_id", "source")
+
+
+def write(folder: Path, *parts: dict[str, pa.Array | list[object]]) -> str:
+    """Files p1.parquet, p2.parquet, … of ``folder`` (one per part) and the glob that reads them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(parts, 1):
+        pq.write_table(pa.table(part), folder / f"p{i}.parquet")
+    return str(folder / "*.parquet")
+
+
+def audit(path: str | Path, **kw: object) -> dcaudit.Result:
+    kw = {"id": "id", "evidence": ["x"], "claim": "y = 1", "report": False, **kw}
+    return dcaudit.audit(path, **kw)  # type: ignore[arg-type]
+
+
+def findings(result: dcaudit.Result) -> list[dict[str, object]]:
+    table = result.tables.get("findings")
+    return [] if table is None else table.select("file", "row", "column", "kind", "detail", "candidate_id").to_dicts()
+
+
+def same(a: dcaudit.Result, b: dcaudit.Result, *, without: tuple[str, ...] = ()) -> None:
+    """Equal tables apart from where they came from (and the tables ``without``)."""
+    ta, tb = ({n: df.drop([c for c in PROVENANCE if c in df.columns]) for n, df in r.tables.items() if n not in without}
+              for r in (a, b))
+    assert sorted(ta) == sorted(tb)
+    for name, left in ta.items():
+        key = [c for c in ("audit_id", "fiber_key", "candidate_id") if c in left.columns]
+        assert left.sort(key, nulls_last=True).equals(tb[name].sort(key, nulls_last=True)), name
+
+
+# ---------------------------------------------------------------------------------------------------
+# A column some files lack: kept, excluded as missing, and reported
+
+
+def test_a_column_some_files_lack_is_reported_as_a_finding_and_a_note(tmp_path: Path) -> None:
+    """Its rows were excluded as evidence_missing without a word: a column dropped or misspelled in one file of
+    many was never seen. Now a findings row per file lacking it, and a note; the audit is as before."""
+    glob = write(tmp_path / "g", {"id": ["a", "b", "c"], "x": [1, 2, 1], "y": [1, 0, 1]},
+                 {"id": ["d", "e"], "y": [1, 0]})
+    result = audit(glob)
+    assert result.excluded_by_reason().select("excluded_reason", "n").rows() == [("evidence_missing", 2)]
+    lacking = str(tmp_path / "g" / "p2.parquet")
+    assert findings(result) == [{
+        "file": lacking, "row": None, "column": "x", "kind": "glob_column_absent", "candidate_id": None,
+        "detail": f"the file has no column 'x', which 1 other file(s) of the glob {glob} have: DuckDB reads it as "
+                  "missing in its 2 rows, so those candidates are excluded as missing (evidence_missing, "
+                  "claim_missing); give the file the column, with empty values where they are missing"}]
+    assert f"{glob}: column 'x' is missing from 1 of its 2 files ({lacking}; 2 rows): DuckDB reads it as missing " \
+           "there, so those candidates are excluded (findings.parquet, kind 'glob_column_absent')" in result.notes
+    # the same as one file that holds the column, empty in those rows
+    one = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"id": list("abcde"), "x": [1, 2, 1, None, None], "y": [1, 0, 1, 1, 0]}), one)
+    same(result, audit(one), without=("findings",))
+    assert "findings" not in audit(one).tables
+
+
+def test_an_absent_claim_column_is_reported_and_an_unused_one_is_not(tmp_path: Path) -> None:
+    glob = write(tmp_path / "g", {"id": ["a", "b"], "x": [1, 2], "y": [1, 0], "note": ["n", "m"]},
+                 {"id": ["c"], "x": [1]})
+    result = audit(glob)
+    assert result.excluded_by_reason().select("excluded_reason", "n").rows() == [("claim_missing", 1)]
+    assert [(f["file"], f["column"], f["kind"]) for f in findings(result)] == [
+        (str(tmp_path / "g" / "p2.parquet"), "y", "glob_column_absent")]   # 'note' is read by no audit
+    assert audit(glob, evidence=["x"], claim="x = 1").tables.get("findings") is None
+
+
+def test_a_column_many_files_lack_is_one_note_and_a_finding_per_file(tmp_path: Path) -> None:
+    parts = [{"id": ["a"], "x": [1], "y": [1]}] + [{"id": [f"b{i}"], "y": [0]} for i in range(5)]
+    glob = write(tmp_path / "g", *parts)
+    result = audit(glob)
+    files = [str(tmp_path / "g" / f"p{i}.parquet") for i in range(2, 7)]
+    assert [f["file"] for f in findings(result)] == files
+    assert f"{glob}: column 'x' is missing from 5 of its 6 files ({', '.join(files[:3])} and 2 more; 5 rows): " \
+           "DuckDB reads it as missing there, so those candidates are excluded (findings.parquet, kind " \
+           "'glob_column_absent')" in result.notes
+
+
+def test_an_id_column_some_files_lack_is_an_error_naming_them(tmp_path: Path) -> None:
+    glob = write(tmp_path / "g", {"id": ["a"], "x": [1], "y": [1]}, {"x": [2, 3], "y": [0, 1]})
+    with pytest.raises(InputError) as err:
+        audit(glob)
+    assert str(err.value) == (f"1 of the glob's 2 files lacks the id column, e.g. {tmp_path / 'g' / 'p2.parquet'} "
+                              "(2 rows): their rows would have no candidate id; give every file the column "
+                              f"(file {glob}, column 'id')")
+
+
+def test_an_absent_column_in_a_spec_source_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DCAUDIT_HOME", str(tmp_path / "home"))
+    write(tmp_path / "parts", {"id": ["a", "b"], "x": [1, 2], "y": [1, 0]}, {"id": ["c"], "y": [1]})
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "glob"\n[source]\npath = "parts/*.parquet"\nid = "id"\n'
+                    '[[audits]]\nid = "a1"\nclaim = "y = 1"\nevidence = ["x"]\n')
+    result = dcaudit.run(spec, report=False)   # the path is read from the spec's folder
+    assert [(f["file"], f["column"], f["kind"]) for f in findings(result)] == [
+        (str(tmp_path / "parts" / "p2.parquet"), "x", "glob_column_absent")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kinds of values that DuckDB would merge unsafely: refused when an audit reads the column
+
+TEXT = "the {word} as text as DuckDB writes them (1 as '1', 1.0 as '1.0', true as 'true'), equal to a text value " \
+       "only when spelled alike ('1' and '1.0' would be two values)"
+BOOL = "true as 1 and false as 0, one value with the number 1"
+ZONE = "taking the times without a time zone as times of the session's time zone, so the values depend on the " \
+       "machine that runs the audit"
+COUNT = "DuckDB reads a duration as a plain count of its unit ({unit}) and the glob's column as {duck}, so counts " \
+        "of other units or plain numbers would be the same values (1 us and 1 ms would be one)"
+OTHER = "DuckDB would read the glob's column as {duck}, converting one file's values or failing to read them"
+DT = datetime.datetime(2020, 1, 1, 12)
+
+REFUSED = [  # (case, file A's column, file B's column, why: after "DuckDB reads the glob's column as <type>, ")
+    ("bool beside int64", pa.array([True, False]), pa.array([1, 2]), "BIGINT", BOOL),
+    ("bool beside float64", pa.array([True, False]), pa.array([1.0, 2.5]), "DOUBLE", BOOL),
+    ("bool beside decimal", pa.array([True, False]), pa.array([D("1.5"), D("2")], pa.decimal128(9, 2)),
+     "DECIMAL(9,2)", BOOL),
+    ("int64 beside text", pa.array([1, 2]), pa.array(["1", "1.0"]), "VARCHAR", TEXT.format(word="integers")),
+    ("float64 beside text", pa.array([1.0, 2.5]), pa.array(["1", "2.5"]), "VARCHAR", TEXT.format(word="floats")),
+    ("decimal beside text", pa.array([D("1.00")], pa.decimal128(9, 2)), pa.array(["1"]), "VARCHAR",
+     TEXT.format(word="decimals")),
+    ("int64 beside dictionary text", pa.array([1, 2]), pa.array(["1", "2"]).dictionary_encode(), "VARCHAR",
+     TEXT.format(word="integers")),
+    ("bool beside text", pa.array([True, False]), pa.array(["true", "yes"]), "VARCHAR", TEXT.format(word="bools")),
+    ("date beside text", pa.array([datetime.date(2020, 1, 1)]), pa.array(["2020/01/01"]), "VARCHAR",
+     TEXT.format(word="dates")),
+    ("timestamp beside large text", pa.array([DT]), pa.array(["2020-01-01 12:00"], pa.large_string()), "VARCHAR",
+     TEXT.format(word="timestamps")),
+    ("text beside binary", pa.array(["a", "b"]), pa.array([b"a", b"c"]), "BLOB",
+     "the text as bytes, compared and shown as bytes"),
+    ("timestamp beside timestamp with a zone", pa.array([DT], pa.timestamp("us")),
+     pa.array([DT], pa.timestamp("us", "UTC")), "TIMESTAMP WITH TIME ZONE", ZONE),
+    ("date beside timestamp with a zone", pa.array([datetime.date(2020, 1, 1)]),
+     pa.array([DT], pa.timestamp("ms", "Europe/Paris")), "TIMESTAMP WITH TIME ZONE", ZONE),
+    ("decimal beside a decimal of 38 integer digits", pa.array([D("1.25")], pa.decimal128(9, 2)),
+     pa.array([D(10) ** 37], pa.decimal128(38, 0)), "DECIMAL(38,0)",
+     "but 38 digits before the point and 2 after need 40, beyond the 38 a decimal holds: fractions would be rounded "
+     "(1.25 becoming 1) or larger values fail to read"),
+    ("int64 beside decimal of 20 fraction digits", pa.array([2**62]), pa.array([D("1.25")], pa.decimal128(30, 20)),
+     "DECIMAL(38,20)", "but 19 digits before the point and 20 after need 39, beyond the 38 a decimal holds: "
+     "fractions would be rounded (1.25 becoming 1) or larger values fail to read"),
+    ("struct field bool beside int", pa.array([{"a": True}]), pa.array([{"a": 5}]), "STRUCT(a BIGINT)", BOOL),
+    ("list of int beside list of text", pa.array([[1]]), pa.array([["1.0"]]), "VARCHAR[]",
+     TEXT.format(word="integers")),
+]
+WHOLE = [  # the same, with the reason whole (it does not begin with the union's type)
+    ("struct fields differ", pa.array([{"a": 1}]), pa.array([{"a": 1, "b": 2}]),
+     "their fields differ (a and a, b): DuckDB reads the glob's column as STRUCT(a BIGINT, b BIGINT), with the fields "
+     "a file lacks as missing (and names that differ only in case as one field)"),
+    ("duration us beside duration ms", pa.array([1, 2], pa.duration("us")), pa.array([1, 3], pa.duration("ms")),
+     COUNT.format(unit="ms", duck="BIGINT")),
+    ("duration beside int64", pa.array([1, 2], pa.duration("us")), pa.array([1, 3]),
+     COUNT.format(unit="us", duck="BIGINT")),
+    ("bool beside date", pa.array([True]), pa.array([datetime.date(2020, 1, 1)]), OTHER.format(duck="DATE")),
+    ("list beside int64", pa.array([[1]]), pa.array([1]), OTHER.format(duck="BIGINT[]")),
+    ("date beside time", pa.array([datetime.date(2020, 1, 1)]), pa.array([datetime.time(1)]),
+     OTHER.format(duck="DATE")),
+]
+
+
+@pytest.mark.parametrize(("case", "a", "b", "why"),
+                         [(c, a, b, f"DuckDB reads the glob's column as {duck}, {why}") for c, a, b, duck, why in REFUSED]
+                         + WHOLE, ids=[r[0] for r in REFUSED + WHOLE])  # type: ignore[misc]
+def test_an_unsafe_merge_of_types_is_refused_naming_both_files(tmp_path: Path, case: str, a: pa.Array,
+                                                               b: pa.Array, why: str) -> None:
+    glob = write(tmp_path / "g", {"id": [f"a{i}" for i in range(len(a))], "x": a, "e": [1] * len(a), "y": [1] * len(a)},
+                 {"id": [f"b{i}" for i in range(len(b))], "x": b, "e": [2] * len(b), "y": [0] * len(b)})
+    first, second = tmp_path / "g" / "p1.parquet", tmp_path / "g" / "p2.parquet"
+    ta, tb = (pq.read_schema(f).field("x").type for f in (first, second))   # as read back: list<element: …>
+    expected = (f"{first} holds it as {ta}, {second} as {tb}: {why}; give it one type in every file "
+                f"(file {glob}, column 'x')")
+    for kw in ({}, {"evidence": ["e"], "claim": "y = 1 and x = x"}):   # as evidence, in the claim
+        with pytest.raises(InputError) as err:
+            audit(glob, **kw)
+        assert str(err.value) == expected, case
+    assert audit(glob, evidence=["e"]).summary["n_candidates"][0] == len(a) + len(b)   # unread: no refusal
+
+
+def test_a_side_holding_only_nulls_passes_and_the_files_named_hold_values(tmp_path: Path) -> None:
+    """A file holding the column as float64 nulls only (pandas' chunk of an empty text column) changes nothing
+    beside text: it passes, and the refusal names a file whose numbers would become text."""
+    glob = write(tmp_path / "g", {"id": ["a"], "x": pa.array([None], pa.float64()), "y": [1]},
+                 {"id": ["b"], "x": ["1"], "y": [0]}, {"id": ["c"], "x": [1.0], "y": [1]})
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'g' / 'p3.parquet'} holds it as double, "
+                                         rf"{tmp_path / 'g' / 'p2.parquet'} as string: DuckDB reads the glob's "
+                                         "column as VARCHAR, the floats as text"):
+        audit(glob)
+
+
+def test_numbers_beside_text_are_one_error_line_in_the_cli(tmp_path: Path) -> None:
+    glob = write(tmp_path / "g", {"id": ["a", "b"], "x": [1, 2], "y": [1, 0]},
+                 {"id": ["c", "d"], "x": ["1.0", "2"], "y": [1, 0]})
+    result = CliRunner().invoke(cli, ["audit", glob, "--id", "id", "--evidence", "x", "--claim", "y = 1",
+                                      "--no-report"], env={"DCAUDIT_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert line.startswith(f"error: {tmp_path / 'g' / 'p1.parquet'} holds it as int64, {tmp_path / 'g' / 'p2.parquet'} "
+                           "as string: DuckDB reads the glob's column as VARCHAR, the integers as text")
+    assert line.endswith(f"; give it one type in every file (file {glob}, column 'x')")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Widenings that keep every value: silent, and as one file holding every row
+
+
+SAFE = [  # (case, file A's column, file B's column, the one file's column)
+    ("int32 beside int64", pa.array([1, 2], pa.int32()), pa.array([2, 2**40]), pa.array([1, 2, 2, 2**40])),
+    ("int64 beside uint64", pa.array([-1, 2]), pa.array([2, 2**63 + 1], pa.uint64()),
+     pa.array([D(-1), D(2), D(2), D(2**63 + 1)], pa.decimal128(20, 0))),
+    ("float32 beside float64", pa.array([1.5, 2.0], pa.float32()), pa.array([2.0, 0.1]), pa.array([1.5, 2.0, 2.0, 0.1])),
+    ("string beside large_string", pa.array(["a", "b"]), pa.array(["b", "c"], pa.large_string()),
+     pa.array(["a", "b", "b", "c"])),
+    ("dictionary beside string", pa.array(["a", "b"]).dictionary_encode(), pa.array(["b", "c"]),
+     pa.array(["a", "b", "b", "c"])),
+    ("int64 beside decimal that holds it", pa.array([1, 2]), pa.array([D("2.00"), D("2.50")], pa.decimal128(9, 2)),
+     pa.array([D(1), D(2), D(2), D("2.5")], pa.decimal128(21, 2))),
+    ("decimals of two scales", pa.array([D("1.5")], pa.decimal128(5, 1)), pa.array([D("1.50"), D("1.25")],
+     pa.decimal128(9, 2)), pa.array([D("1.5"), D("1.5"), D("1.25")], pa.decimal128(9, 2))),
+    ("date beside timestamp", pa.array([datetime.date(2020, 1, 1)]), pa.array([datetime.datetime(2020, 1, 1), DT]),
+     pa.array([datetime.datetime(2020, 1, 1)] * 2 + [DT], pa.timestamp("us"))),
+    ("timestamp us beside ns", pa.array([DT], pa.timestamp("us")), pa.array([DT, DT], pa.timestamp("ns")),
+     pa.array([DT] * 3, pa.timestamp("ns"))),
+    ("two time zones", pa.array([DT], pa.timestamp("us", "UTC")), pa.array([DT], pa.timestamp("us", "Asia/Tokyo")),
+     pa.array([DT, DT], pa.timestamp("us", "UTC"))),   # pyarrow takes DT as UTC: one instant in two zones
+    ("nulls beside int64", pa.nulls(2), pa.array([1, 2]), pa.array([None, None, 1, 2])),
+    ("float64 nulls beside text", pa.array([None, None], pa.float64()), pa.array(["a", "b"]),
+     pa.array([None, None, "a", "b"])),
+    ("bool nulls beside int64", pa.array([None], pa.bool_()), pa.array([0, 1]), pa.array([None, 0, 1])),
+    ("binary beside fixed-size binary", pa.array([b"ab"]), pa.array([b"ab", b"cd"], pa.binary(2)),
+     pa.array([b"ab", b"ab", b"cd"])),
+    ("list of int32 beside list of int64", pa.array([[1]], pa.list_(pa.int32())), pa.array([[1], [2, 3]]),
+     pa.array([[1], [1], [2, 3]])),
+    ("struct fields in another order", pa.array([{"a": 1, "b": 2}]), pa.array([{"b": 2, "a": 1}, {"b": 1, "a": 1}]),
+     pa.array([{"a": 1, "b": 2}, {"a": 1, "b": 2}, {"a": 1, "b": 1}])),
+]
+
+
+@pytest.mark.parametrize(("case", "a", "b", "one"), SAFE, ids=[s[0] for s in SAFE])
+def test_a_widening_that_keeps_every_value_is_silent_and_as_one_file(tmp_path: Path, case: str, a: pa.Array,
+                                                                    b: pa.Array, one: pa.Array) -> None:
+    ids = [f"c{i}" for i in range(len(a) + len(b))]
+    y = [i % 2 for i in range(len(ids))]
+    glob = write(tmp_path / "g", {"id": ids[:len(a)], "x": a, "y": y[:len(a)]},
+                 {"id": ids[len(a):], "x": b, "y": y[len(a):]})
+    pq.write_table(pa.table({"id": ids, "x": one, "y": y}), tmp_path / "one.parquet")
+    for kw in ({}, {"claim": "x = x and y = 1"}):
+        result = audit(glob, **kw)
+        assert findings(result) == [] and not [n for n in result.notes if "glob" in n], case
+        same(result, audit(tmp_path / "one.parquet", **kw))
+
+
+def test_files_that_agree_ask_duckdb_nothing_and_read_no_footer_twice(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks cost nothing when the files agree: no DESCRIBE of the union, no second read of a footer, and
+    nothing kept beside the view."""
+    glob = write(tmp_path / "g", *({"id": [f"{i}a", f"{i}b"], "x": [i, 2], "y": [1, 0]} for i in range(4)))
+    schemas = [(f, pq.read_schema(f)) for f in sorted((tmp_path / "g").glob("*.parquet"))]
+    assert inputs._union_types(None, "unused", schemas, glob) == {}   # type: ignore[arg-type]
+
+    def no_footer(*_: object, **__: object) -> None:
+        raise AssertionError("a footer read again")
+
+    monkeypatch.setattr(pq, "read_metadata", no_footer)
+    con = duckdb.connect()
+    inputs._note_absent(con, glob, schemas)
+    with pytest.raises(duckdb.CatalogException):
+        con.execute(f"SELECT * FROM {quote_identifier(inputs._absent_table(glob))}")
+    assert inputs.absent_columns(con, inputs.view_name(glob), ["x", "y"], id_column="id") is None
+    assert pl.DataFrame(audit(glob).summary)["n_candidates"][0] == 8
+
+
+def test_the_cli_reports_an_absent_column_and_refuses_a_mixed_one(tmp_path: Path) -> None:
+    glob = write(tmp_path / "g", {"id": ["a", "b"], "x": [1, 2], "flag": [True, False], "y": [1, 0]},
+                 {"id": ["c"], "flag": [1], "y": [1]})
+    env = {"DCAUDIT_HOME": str(tmp_path / "home")}
+    ok = CliRunner().invoke(cli, ["audit", glob, "--id", "id", "--evidence", "x", "--claim", "y = 1", "--no-report"],
+                            env=env)
+    assert ok.exit_code == 0, ok.output
+    flat = " ".join(ok.output.split())   # the console wraps long lines
+    assert "findings: 1 glob_column_absent" in flat
+    assert f"{glob}: column 'x' is missing from 1 of its 2 files ({tmp_path / 'g' / 'p2.parquet'}; 1 row)" in flat
+    refused = CliRunner().invoke(cli, ["audit", glob, "--id", "id", "--evidence", "flag", "--claim", "y = 1",
+                                       "--no-report"], env=env)
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    (line,) = [ln for ln in refused.output.splitlines() if ln.startswith("error:")]
+    assert line == (f"error: {tmp_path / 'g' / 'p1.parquet'} holds it as bool, {tmp_path / 'g' / 'p2.parquet'} as "
+                    f"int64: DuckDB reads the glob's column as BIGINT, {BOOL}; give it one type in every file "
+                    f"(file {glob}, column 'flag')")
