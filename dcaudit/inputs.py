@@ -825,7 +825,7 @@ def _note_absent(con: duckdb.DuckDBPyConnection, label: str, schemas: list[tuple
             except (OSError, ValueError, pa.ArrowException):   # its schema read: the count is only told
                 rows[f] = None
 
-    from dcaudit import arrays   # not pa.array of Python lists: that makes pyarrow import pandas (~0.3 s)
+    from dcaudit import arrays  # not pa.array of Python lists: that makes pyarrow import pandas (~0.3 s)
 
     con.register(_absent_table(label), arrays.table(
         {"column": [c for c, _ in lacking], "file": [str(f) for _, f in lacking],
