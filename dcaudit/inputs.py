@@ -880,14 +880,15 @@ def absent_columns(con: duckdb.DuckDBPyConnection, relation: str, columns: Itera
                                ("kind", ABSENT_KIND), ("candidate_id", None),
                                ("detail", f"the file has no column {column!r}, which {n_files - len(parts)} other "
                                           f"file(s) of the glob {label} have: DuckDB reads it as missing in "
-                                          f"{rows}, so those candidates are excluded as missing "
-                                          "(evidence_missing, claim_missing); give the file the column, with "
+                                          f"{rows} (as evidence or claim those candidates are excluded, "
+                                          "evidence_missing or claim_missing; as a probe, reference or model "
+                                          "column they have no value there); give the file the column, with "
                                           "empty values where they are missing")):
                 table[key].append(value)
         shown = ", ".join(f for f, _ in parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
         notes.append(f"{label}: column {column!r} is missing from {len(parts)} of its {n_files} files ({shown}; "
-                     f"{counted(parts)}): DuckDB reads it as missing there, so those candidates are excluded "
-                     f"(findings.parquet, kind {ABSENT_KIND!r})")
+                     f"{counted(parts)}): DuckDB reads it as missing there (findings.parquet, kind "
+                     f"{ABSENT_KIND!r})")
     from dcaudit import arrays
 
     return (arrays.table(table, {"source": "string", "file": "string", "row": "int64", "column": "string",

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,6 +71,7 @@ from dcaudit.inputs import (
     first_non_number,
     id_spellings,
     input_digests,
+    is_glob,
     label_of,
     line_breaks,
     numbers_and_text,
@@ -100,6 +101,7 @@ class StageContext:
     checked_ids: set[tuple[str, str]] = field(default_factory=set)  # (view, id column) the contract checked
     checked_text: set[tuple[str, str]] = field(default_factory=set)  # (view, evidence column) checked for text
     empty_tables: frozenset[str] = frozenset()  # the source's tables that hold no rows (not registered)
+    globs: frozenset[str] = frozenset()  # the views read from a Parquet glob (check_absent_columns)
 
     def view_for(self, table: str | None) -> str:
         if table in self.empty_tables:
@@ -686,8 +688,9 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
             files[registered[name].view] = Path(path)
     tables = {name: r.view for name, r in registered.items()}
     columns = {r.view: list(r.columns) for r in registered.values()}
+    globs = frozenset(view for view, path in files.items() if is_glob(path))  # read with union_by_name
     return StageContext(spec, settings, con, source_name, tables, columns, open_engine(engine, con, files),
-                        notes=notes, empty_tables=frozenset(empty))
+                        notes=notes, empty_tables=frozenset(empty), globs=globs)
 
 
 def _no_rows(path: Path) -> bool:
@@ -737,12 +740,26 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
 
 
 def check_absent_columns(ctx: StageContext) -> None:
-    """Findings (and a note per column) for the columns the audits read that some files of a Parquet glob
-    lack (DuckDB reads them as missing there); an id column some files lack is an error naming them."""
+    """Findings (and a note per column) for the columns any part of the run reads that some files of a Parquet
+    glob lack (DuckDB reads them as missing there): the audits' evidence, claim, ``per`` and ``identity``, and
+    what each section's stage reads (:meth:`Stage.columns`: probes, references, model columns, …), gathered
+    once before any stage runs, so a column read twice is reported once per file. An id column some files lack
+    is an error naming them. Inputs that are no glob cost nothing (no DuckDB query)."""
+    if not ctx.globs:
+        return
     read: dict[str, list[str]] = {}
+
+    def add(table: str | None, columns: Iterable[str]) -> None:
+        view = ctx.view_for(table)
+        if view in ctx.globs:
+            read.setdefault(view, []).extend(columns)
+
     for task in ctx.spec.audits:
-        read.setdefault(ctx.view_for(task.table), []).extend(
-            [*task.evidence.columns, *task.claim.columns, *(c for c in (task.per, task.identity) if c)])
+        add(task.table, [*task.evidence.columns, *task.claim.columns, *(c for c in (task.per, task.identity) if c)])
+    for section, raw in ctx.spec.sections.items():
+        for table, column in STAGES[section].columns(raw, ctx.spec, tuple(ctx.tables)):
+            if table is None or table in ctx.tables:   # a table the source lacks: the stage's own error says so
+                add(table, [column])
     for view, columns in read.items():
         found = absent_columns(ctx.con, view, columns, id_column=ctx.spec.id_column, source=ctx.source)
         if found is not None:

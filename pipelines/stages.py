@@ -8,9 +8,9 @@ a name check, a parser) plus one line in :data:`STAGES`; docs/stages.md says how
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeAlias
 
 from dcaudit.errors import SpecError
 from dcaudit.spec import (
@@ -23,6 +23,10 @@ from dcaudit.spec import (
     name_list,
 )
 from dcaudit.stage import StageContext, StageTables
+
+# (table, column) pairs a section reads from the source's input tables; table None is the first table, as in
+# StageContext.view_for
+ColumnsRead: TypeAlias = Iterable[tuple[str | None, str]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,14 @@ class Stage:
     # "module:function" called when a run with this section starts, before the source is read: it starts
     # slow imports the stage will need on a background thread (the replay's scipy.special, ~0.35 s)
     warm: str | None = None
+    # the input columns the section reads beyond the [[audits]]' own (evidence, claim, per, identity): its
+    # settings (validated), the spec and the source's table names -> (table, column) pairs. The runner reports
+    # the columns some files of a Parquet glob lack once for all stages (runner.check_absent_columns)
+    reads: Callable[[Mapping[str, Any], PipelineSpec, Collection[str]], ColumnsRead] | None = None
+
+    def columns(self, raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+        """The (table, column) pairs the section ``raw`` of ``spec`` reads (none when it names no column)."""
+        return () if self.reads is None else self.reads(raw, spec, tables)
 
     def function(self) -> Callable[[StageContext], StageTables]:
         module, name = self.run.split(":")
@@ -133,6 +145,74 @@ def _check_vision(raw: Mapping[str, Any], spec: PipelineSpec) -> None:
     VisionConfig.from_section(raw)
 
 
+def _chosen_tables(chosen: Collection[str] | None, spec: PipelineSpec) -> list[str | None]:
+    """The tables of the audits ``chosen`` (None: every audit), each once."""
+    return list(dict.fromkeys(a.table for a in spec.audits if chosen is None or a.audit_id in chosen))
+
+
+def _on_tables(tables: Iterable[str | None], *columns: str | None) -> list[tuple[str | None, str]]:
+    """Each of ``columns`` (None: a setting left out) on each of ``tables``."""
+    return [(table, c) for table in tables for c in columns if c]
+
+
+def _reads_replay(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.audits.replay import parse_section
+
+    parsed = parse_section(dict(raw))   # a window's reference and the column its models are grouped by
+    return _on_tables(_chosen_tables(parsed.audits, spec), parsed.reference, parsed.model_column)
+
+
+def _reads_completion(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.audits.completion import parse_completion_section
+
+    parsed = parse_completion_section(dict(raw), spec.audits)   # its own evidence and claim may replace the audit's
+    return _on_tables([parsed.table], *parsed.evidence.columns, *parsed.claim.columns, *parsed.config.probes)
+
+
+def _reads_sensitivity(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.audits.sensitivity import section_options
+    from dcaudit.spec import coerce_field
+
+    chosen = name_list(raw["audits"], "[sensitivity] audits") if "audits" in raw else None
+    return _on_tables(_chosen_tables(chosen, spec), section_options(raw).reference,
+                      coerce_field(raw, "model_column", str, "[sensitivity]"))
+
+
+def _reads_choice(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.audits.choice import parse_choice
+
+    parsed = parse_choice(dict(raw), spec)
+    return _on_tables([parsed.task.table], parsed.window.column, parsed.window.reference, parsed.model_column)
+
+
+def _reads_matbench(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.pipelines.matbench import parse_matbench_section
+
+    return [(task.table, probe) for task, config in parse_matbench_section(raw, spec).completions
+            for probe in config.probes]
+
+
+def _reads_jarvis(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.pipelines.jarvis import parse_jarvis_section
+
+    parsed = parse_jarvis_section(raw, spec)
+    out: list[tuple[str | None, str]] = []
+    if parsed.replay is not None:   # by_position: the [replay] windows again (on its first audit by default)
+        chosen = parsed.replay.audits or tuple(a.audit_id for a in spec.audits[:1])
+        out += _on_tables(_chosen_tables(chosen, spec), parsed.replay.reference, parsed.replay.model_column)
+    base = parsed.probe_baseline
+    if base is not None:
+        out += _on_tables([base.table], *base.evidence.columns, *base.claim.columns)
+    return out
+
+
+def _reads_vision(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
+    from dcaudit.connectors.vision_predictions import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+    from dcaudit.pipelines.vision import prediction_tables
+
+    return _on_tables(prediction_tables(tables), *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+
+
 def _check_source(spec: PipelineSpec) -> None:
     """A connector source: its name and options, checked before anything is prepared or recorded."""
     source = spec.raw.get("source") or {}
@@ -154,16 +234,19 @@ def _check_source(spec: PipelineSpec) -> None:
 
 STAGES: dict[str, Stage] = {
     "replay": Stage("dcaudit.audits.replay:replay_stage", "dcaudit.audits.replay:_SECTION_KEYS", _check_replay,
-                    engines=("duckdb", "spark"), warm="dcaudit.audits.price:prefetch_special"),
+                    engines=("duckdb", "spark"), warm="dcaudit.audits.price:prefetch_special", reads=_reads_replay),
     "completion": Stage("dcaudit.audits.completion:completion_stage", "dcaudit.audits.completion:_SECTION_KEYS",
-                        _check_completion),
+                        _check_completion, reads=_reads_completion),
     "sensitivity": Stage("dcaudit.audits.sensitivity:sensitivity_stage", "dcaudit.audits.sensitivity:_SECTION_KEYS",
-                         _check_sensitivity),
-    "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS", _check_choice),
+                         _check_sensitivity, reads=_reads_sensitivity),
+    "choice": Stage("dcaudit.audits.choice:choice_stage", "dcaudit.audits.choice:_SECTION_KEYS", _check_choice,
+                    reads=_reads_choice),
     "matbench": Stage("dcaudit.pipelines.matbench:matbench_stage", "dcaudit.pipelines.matbench:_KEYS",
-                      _check_matbench),
-    "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS", _check_jarvis),
-    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS", _check_vision),
+                      _check_matbench, reads=_reads_matbench),
+    "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS", _check_jarvis,
+                    reads=_reads_jarvis),
+    "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS", _check_vision,
+                    reads=_reads_vision),
 }
 
 

@@ -6,6 +6,8 @@ The connector (dcaudit.connectors.vision*) fits or reads the predictions; the au
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute below
 
@@ -17,7 +19,7 @@ from dcaudit.audits.vision import (
     build_suites,
     headline_notes,
 )
-from dcaudit.inputs import ROW
+from dcaudit.inputs import ROW, column_types
 from dcaudit.stage import StageContext, StageTables
 
 
@@ -32,13 +34,12 @@ def vision_stage(ctx: StageContext) -> StageTables:
     user_file = Path(ctx.spec.source)
     is_file = ctx.spec.connector is None  # a user's table (a path or a query), not the connector's
     ambiguous_all = 0
-    for table, view in ctx.tables.items():
-        if table == "images" or table.endswith("-pixels"):  # per-image evidence ([[audits]]) and thumbnails
-            continue
-        if is_file:  # a user's predictions: registered with row numbers, so errors can name the row
-            norm = vision_predictions.validate_predictions(ctx.con, view, file=str(user_file),
-                                                           conditions=cfg.conditions, clean=cfg.clean,
-                                                           row_column=ROW)
+    for table in prediction_tables(ctx.tables):
+        view = ctx.tables[table]
+        if is_file:  # a user's predictions: errors name the row where the input numbers them (a glob does not)
+            norm = vision_predictions.validate_predictions(
+                ctx.con, view, file=str(user_file), conditions=cfg.conditions, clean=cfg.clean,
+                row_column=ROW if ROW in column_types(ctx.con, view) else None)
             source, order = ctx.source, cfg.model_order
         else:
             norm = vision_predictions.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
@@ -59,6 +60,11 @@ def vision_stage(ctx: StageContext) -> StageTables:
         ambiguous_all += sum(per_split["ambiguous"].to_pylist())
     _cross_check(ctx, ambiguous_all)
     return out
+
+
+def prediction_tables(tables: Iterable[str]) -> list[str]:
+    """The source's tables the stage audits: all but the per-image evidence ([[audits]]) and the thumbnails."""
+    return [t for t in tables if t != "images" and not t.endswith("-pixels")]
 
 
 def _cross_check(ctx: StageContext, ambiguous_all: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 from pathlib import Path
 
 import duckdb
@@ -68,10 +69,11 @@ def test_a_column_some_files_lack_is_reported_as_a_finding_and_a_note(tmp_path: 
     assert findings(result) == [{
         "file": lacking, "row": None, "column": "x", "kind": "glob_column_absent", "candidate_id": None,
         "detail": f"the file has no column 'x', which 1 other file(s) of the glob {glob} have: DuckDB reads it as "
-                  "missing in its 2 rows, so those candidates are excluded as missing (evidence_missing, "
-                  "claim_missing); give the file the column, with empty values where they are missing"}]
+                  "missing in its 2 rows (as evidence or claim those candidates are excluded, evidence_missing or "
+                  "claim_missing; as a probe, reference or model column they have no value there); give the file "
+                  "the column, with empty values where they are missing"}]
     assert f"{glob}: column 'x' is missing from 1 of its 2 files ({lacking}; 2 rows): DuckDB reads it as missing " \
-           "there, so those candidates are excluded (findings.parquet, kind 'glob_column_absent')" in result.notes
+           "there (findings.parquet, kind 'glob_column_absent')" in result.notes
     # the same as one file that holds the column, empty in those rows
     one = tmp_path / "one.parquet"
     pq.write_table(pa.table({"id": list("abcde"), "x": [1, 2, 1, None, None], "y": [1, 0, 1, 1, 0]}), one)
@@ -96,7 +98,7 @@ def test_a_column_many_files_lack_is_one_note_and_a_finding_per_file(tmp_path: P
     files = [str(tmp_path / "g" / f"p{i}.parquet") for i in range(2, 7)]
     assert [f["file"] for f in findings(result)] == files
     assert f"{glob}: column 'x' is missing from 5 of its 6 files ({', '.join(files[:3])} and 2 more; 5 rows): " \
-           "DuckDB reads it as missing there, so those candidates are excluded (findings.parquet, kind " \
+           "DuckDB reads it as missing there (findings.parquet, kind " \
            "'glob_column_absent')" in result.notes
 
 
@@ -118,6 +120,119 @@ def test_an_absent_column_in_a_spec_source_is_reported(tmp_path: Path, monkeypat
     result = dcaudit.run(spec, report=False)   # the path is read from the spec's folder
     assert [(f["file"], f["column"], f["kind"]) for f in findings(result)] == [
         (str(tmp_path / "parts" / "p2.parquet"), "x", "glob_column_absent")]
+
+
+def absent_rows(package_dir: str | Path) -> list[tuple[str, str]]:
+    """(file name, column) of each glob_column_absent row of a package's findings.parquet."""
+    path = Path(package_dir) / "findings.parquet"
+    rows = pq.read_table(path).to_pylist() if path.is_file() else []
+    return [(Path(r["file"]).name, r["column"]) for r in rows if r["kind"] == "glob_column_absent"]
+
+
+def window_parts(folder: Path) -> str:
+    """Predictions with a reference per model: p2.parquet lacks the reference, p3.parquet the model column."""
+    def part(start: int, drop: str | None = None) -> dict[str, list[object]]:
+        ids = range(start, start + 30)
+        ref = [i % 20 / 10 for i in ids]
+        cols: dict[str, list[object]] = {"id": [f"m{i}" for i in ids], "model": ["A" if i % 2 else "B" for i in ids],
+                                         "pred": [r + (i % 5 - 2) / 50 for r, i in zip(ref, ids, strict=True)],
+                                         "ref": ref, "gap": [2 * r for r in ref]}
+        return {k: v for k, v in cols.items() if k != drop}
+
+    return write(folder, part(0), part(30, "ref"), part(60, "model"))
+
+
+def test_a_probe_some_files_lack_is_reported_by_dcaudit_complete(tmp_path: Path) -> None:
+    """A completion probe is read by no [[audits]] entry: its values went missing in the files lacking it (their
+    candidates left out of the curves) without a word. Now a finding per file lacking it and a note, as for
+    evidence; the probe every file has stays silent."""
+    glob = write(tmp_path / "g", {"id": [f"a{i}" for i in range(30)], "x": [i % 3 for i in range(30)],
+                                  "y": [i * 7 % 2 for i in range(30)], "p": [i % 2 for i in range(30)],
+                                  "q": [i % 4 for i in range(30)]},
+                 {"id": [f"b{i}" for i in range(10)], "x": [i % 3 for i in range(10)], "y": [i % 2 for i in range(10)],
+                  "q": [i % 4 for i in range(10)]})
+    out = CliRunner().invoke(cli, ["complete", glob, "--id", "id", "--evidence", "x", "--claim", "y = 1", "--probes",
+                                   "p,q", "--seeds", "3", "--min-support", "1", "--no-report", "--json"],
+                             env={"DCAUDIT_HOME": str(tmp_path / "home")})
+    assert out.exit_code == 0, out.output
+    package = json.loads(out.stdout)["package_dir"]
+    assert absent_rows(package) == [("p2.parquet", "p")]
+    manifest = json.loads((Path(package) / "manifest.json").read_text())
+    assert f"{glob}: column 'p' is missing from 1 of its 2 files ({tmp_path / 'g' / 'p2.parquet'}; 10 rows): " \
+           "DuckDB reads it as missing there (findings.parquet, kind " \
+           "'glob_column_absent')" in manifest["notes"]
+
+
+def test_a_replay_reference_and_model_column_some_files_lack_are_reported_once(tmp_path: Path) -> None:
+    """[replay] reads its reference and model column, and [choice] reads both again: one finding per file and
+    column lacking, one note per column."""
+    window_parts(tmp_path / "parts")
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "glob-windows"\n[source]\npath = "parts/*.parquet"\nid = "id"\n'
+                    '[[audits]]\nid = "a1"\nclaim = "gap > 1.0"\nevidence = ["pred"]\nfiber_rule = "quantile:5"\n'
+                    '[replay]\nseeds = 5\ntolerance = "mae"\nreference = "ref"\nmodel_column = "model"\n[choice]\n')
+    out = CliRunner().invoke(cli, ["run", str(spec), "--no-report", "--json"], env={"DCAUDIT_HOME": str(tmp_path / "h")})
+    assert out.exit_code == 0, out.output
+    package = json.loads(out.stdout)["package_dir"]
+    assert absent_rows(package) == [("p2.parquet", "ref"), ("p3.parquet", "model")]
+    notes = json.loads((Path(package) / "manifest.json").read_text())["notes"]
+    assert [n.split(" is missing")[0].rsplit(": ", 1)[1] for n in notes if "is missing from" in n] == \
+        ["column 'ref'", "column 'model'"]
+
+
+def test_a_column_an_audit_and_a_stage_both_read_is_one_finding_per_file(tmp_path: Path) -> None:
+    """The evidence is read by the audit and by [completion] (its default evidence), the claim column by both, and
+    [sensitivity] reads the audit's evidence too: each (column, file) once."""
+    glob = write(tmp_path / "g", *({"id": [f"{k}{i}" for i in range(20)], "x": [i % 4 for i in range(20)],
+                                    "y": [i % 3 % 2 for i in range(20)], "p": [i % 2 for i in range(20)]}
+                                   for k in "ab"),
+                 {"id": [f"c{i}" for i in range(5)], "y": [1, 0, 1, 0, 1]},
+                 {"id": [f"d{i}" for i in range(5)], "x": [1, 2, 3, 0, 1], "y": [0, 1, 0, 1, 0]})
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'name = "glob-both"\n[source]\npath = "{glob}"\nid = "id"\n'
+                    '[[audits]]\nid = "a1"\nclaim = "y = 1"\nevidence = ["x"]\n'
+                    '[completion]\nprobes = ["p"]\nseeds = 2\nmin_support = 1\n'
+                    '[sensitivity]\nrules = ["exact", "quantile:2"]\n')
+    result = dcaudit.run(spec, report=False)
+    assert [(Path(str(f["file"])).name, f["column"]) for f in findings(result)] == [
+        ("p3.parquet", "x"), ("p3.parquet", "p"), ("p4.parquet", "p")]
+    assert sum("is missing from" in n for n in result.notes) == 2
+
+
+def test_every_stage_names_the_columns_it_reads() -> None:
+    """Each section of the registry says which input columns it reads, so none of them is left unreported: the
+    built-in specs' sections name theirs, on the tables they read (vision: every predictions table)."""
+    from dcaudit.pipelines.stages import STAGES
+    from dcaudit.spec import load_spec
+
+    assert [name for name, stage in STAGES.items() if stage.reads is None] == []
+    tox21 = load_spec("tox21")
+    assert set(STAGES["completion"].columns(tox21.sections["completion"], tox21, ["tox21"])) >= {
+        (None, "SR-MMP"), (None, "SR-p53"), (None, "NR-AR")}
+    jarvis = load_spec("jarvis")
+    assert set(STAGES["replay"].columns(jarvis.sections["replay"], jarvis, ())) == {
+        ("jarvis", "formation_energy_peratom"), ("jarvis", "model")}   # reference, model_column
+    vision = load_spec("vision")
+    read = set(STAGES["vision"].columns(vision.sections["vision"], vision, ["images", "digits", "digits-pixels"]))
+    assert {t for t, _ in read} == {"digits"} and ("digits", "severity") in read
+
+
+def test_inputs_that_are_no_glob_ask_for_no_absent_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One file, a CSV or a frame: no glob, so neither the audits' nor the stages' columns cost a DuckDB query."""
+    from dcaudit.pipelines import runner
+
+    def asked(*_: object, **__: object) -> None:
+        raise AssertionError("absent_columns asked for an input that is no glob")
+
+    monkeypatch.setattr(runner, "absent_columns", asked)
+    table = pa.table({"id": [f"a{i}" for i in range(20)], "x": [i % 3 for i in range(20)],
+                      "y": [i % 2 for i in range(20)], "p": [i % 4 for i in range(20)]})
+    pq.write_table(table, tmp_path / "one.parquet")
+    pl.from_arrow(table).write_csv(tmp_path / "one.csv")  # type: ignore[union-attr]
+    for data in (tmp_path / "one.parquet", tmp_path / "one.csv", table):
+        result = dcaudit.complete(data, id="id", evidence=["x"], claim="y = 1", probes=["p"], seeds=2, min_support=1,
+                                  report=False)
+        assert "findings" not in result.tables
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,3 +424,37 @@ def test_the_cli_reports_an_absent_column_and_refuses_a_mixed_one(tmp_path: Path
     assert line == (f"error: {tmp_path / 'g' / 'p1.parquet'} holds it as bool, {tmp_path / 'g' / 'p2.parquet'} as "
                     f"int64: DuckDB reads the glob's column as BIGINT, {BOOL}; give it one type in every file "
                     f"(file {glob}, column 'flag')")
+
+
+def test_vision_predictions_from_a_glob_read_as_from_one_file(tmp_path: Path) -> None:
+    """[vision] on a Parquet glob of a user's predictions stopped on DuckDB's 'Referenced column "__row" not
+    found': the predictions check asked for row numbers, which a glob has not (its errors then name no row)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for model in ("m1", "m2"):
+        for i in range(40):
+            label = int(rng.integers(0, 3))
+            for condition, right in (("clean", 0.9), ("noise", 0.6)):
+                predicted = label if rng.random() < right else int(rng.integers(0, 3))
+                rows.append({"split": 0, "model": model, "image_id": f"img{i}", "condition": condition,
+                             "predicted": str(predicted), "label": str(label), "confidence": float(rng.random())})
+    table = pa.Table.from_pylist(rows)
+    (tmp_path / "parts").mkdir()
+    pq.write_table(table.slice(0, 80), tmp_path / "parts" / "a.parquet")
+    pq.write_table(table.slice(80), tmp_path / "parts" / "b.parquet")
+    pq.write_table(table, tmp_path / "all.parquet")
+    summaries = []
+    for name, path in (("one", "all.parquet"), ("glob", "parts/*.parquet")):
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(f'name = "vision-{name}"\n[source]\npath = "{path}"\nid = "image_id"\nduplicates = "keep"\n'
+                        '[[audits]]\nid = "clean"\nclaim = "predicted = label"\nevidence = ["model", "predicted"]\n'
+                        '[vision]\nconditions = ["noise"]\n')
+        out = CliRunner().invoke(cli, ["run", str(spec), "--no-report", "--json"],
+                                 env={"DCAUDIT_HOME": str(tmp_path / "h")})
+        assert out.exit_code == 0, out.output
+        summary = pl.read_parquet(Path(json.loads(out.stdout)["package_dir"]) / "summary.parquet")
+        summaries.append(summary.filter(pl.col("audit_id") != "clean").select(
+            "model", "split", "n_candidates", "ambiguous_fraction").sort("model", "split", "n_candidates"))
+    assert summaries[0].height > 0 and summaries[0].equals(summaries[1])
