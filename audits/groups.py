@@ -47,15 +47,16 @@ SPREAD = (
 
 
 def group_values(con: duckdb.DuckDBPyConnection, relation: str, column: str,
-                 wanted: Sequence[str] | None = None) -> list[str]:
-    """The distinct values of ``column`` (sorted), or ``wanted`` after checking each one exists."""
-    check_columns((column,), user_columns(con, relation), what="per")
+                 wanted: Sequence[str] | None = None, *, option: str = "per") -> list[str]:
+    """The distinct values of ``column`` (sorted), or ``wanted`` after checking each one exists; ``option``
+    names the setting in errors."""
+    check_columns((column,), user_columns(con, relation), what=option)
     q = quote_identifier(column)
     present = [r[0] for r in con.execute(
         f"SELECT DISTINCT CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT NULL ORDER BY 1").fetchall()]
     if wanted is None:
         if not present:
-            raise SpecError(f"per = {column!r}: the column has no values")
+            raise SpecError(f"{option} = {column!r}: the column has no values")
         return present
     for name in wanted:
         if name not in present:

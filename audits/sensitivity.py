@@ -30,6 +30,7 @@ import pyarrow as pa
 from dcaudit import defaults
 from dcaudit.audits.evidence import EvidenceMap, FiberRule, parse_fiber_rule
 from dcaudit.audits.fibers import AuditLabels, audit_fibers
+from dcaudit.audits.groups import group_values
 from dcaudit.audits.replay import Tolerance, parse_tolerance
 from dcaudit.claims import Claim, check_columns, claim_sql, quote_identifier
 from dcaudit.engine import machine_limit
@@ -123,8 +124,9 @@ def sensitivity(
     q = quote_identifier
     models: list[str | None] = [labels.model]
     if model_column:
-        models = [r[0] for r in con.execute(
-            f"SELECT DISTINCT CAST({q(model_column)} AS VARCHAR) AS m FROM {relation} ORDER BY m").fetchall()]
+        # the models present, as per-model audits take them (a row without a model is in none): a NULL model
+        # compared with = matched no row, and the run stopped on an empty model
+        models = list(group_values(con, relation, model_column, option="model_column"))
     rows: list[dict[str, Any]] = []
     for model in models:  # models (a few dozen at most), never candidates
         view = relation

@@ -88,6 +88,25 @@ def test_models_get_their_own_rows() -> None:
     assert by[("sharp", "q80")]["tolerance"] > by[("sharp", "mae")]["tolerance"] * 0.9
 
 
+def test_rows_without_a_model_are_in_no_model() -> None:
+    """A NULL model was compared with '=' (matching no row), and the run stopped on an empty model."""
+    rng = np.random.default_rng(1)
+    n = 200
+    ref = rng.normal(size=n)
+    table = pa.table({"id": [f"m{i}" for i in range(n)], "model": ["a"] * (n // 2) + [None] * (n - n // 2),
+                      "x": ref + rng.normal(scale=0.1, size=n), "ref": ref, "gap": ref})
+    out = sensitivity(_con(table), "t", id_column="id", evidence="x", claim=parse_claim("gap > 0.5"),
+                      rules=["quantile:5"], tolerances=["mae"], reference="ref", min_support=2, labels=LABELS,
+                      model_column="model")
+    assert {r["model"] for r in out.to_pylist()} == {"a"}
+    assert {r["n_candidates"] for r in out.to_pylist()} == {n // 2}
+    empty = pa.table({"id": ["a", "b"], "model": pa.array([None, None], pa.string()), "x": [1.0, 2.0],
+                      "ref": [1.0, 2.0], "gap": [1.0, 2.0]})
+    with pytest.raises(SpecError, match="model_column = 'model': the column has no values"):
+        sensitivity(_con(empty), "t", id_column="id", evidence="x", claim=parse_claim("gap > 0.5"),
+                    tolerances=["mae"], reference="ref", labels=LABELS, model_column="model")
+
+
 def test_tolerance_without_reference_is_refused() -> None:
     table = pa.table({"id": ["a"], "x": [1.0], "y": [1]})
     with pytest.raises(SpecError, match="reference"):
