@@ -355,7 +355,9 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     resolved (a spec from a file reads the same data from any working directory)."""
     _require_type(raw, dict, origin, "a spec is a table of keys")
     check_keys(raw, _TOP_KEYS, origin)
-    for key in ("name", "source", "audits"):
+    # [vision] audits a user's predictions table itself (every suite × split × model): no [[audits]] needed
+    stands_alone = "vision" in raw
+    for key in ("name", "source", *(() if stands_alone else ("audits",))):
         if key not in raw:
             under = raw.get("source")
             if isinstance(under, dict) and key in under:  # TOML puts every key after [source] into [source]
@@ -391,11 +393,11 @@ def spec_from_dict(raw: dict[str, Any], *, origin: str = "spec", base_dir: Path 
     if base_dir is not None and isinstance(source.get("path"), str) and not Path(source["path"]).is_absolute():
         source = {**source, "path": str((Path(base_dir) / source["path"]).resolve())}
         raw = {**raw, "source": source}
-    _require_type(raw["audits"], list, origin, "audits must be a list of [[audits]] tables")
-    if not raw["audits"]:
+    _require_type(raw.get("audits", []), list, origin, "audits must be a list of [[audits]] tables")
+    if not raw.get("audits") and not stands_alone:
         raise SpecError(f"{origin}: audits is empty; add at least one [[audits]] table")
     audits = []
-    for i, entry in enumerate(raw["audits"]):
+    for i, entry in enumerate(raw.get("audits", [])):
         where = f"{origin}: audits[{i}]"
         _require_type(entry, dict, where, "an audit is a table of keys")
         check_keys(entry, _AUDIT_KEYS, where)

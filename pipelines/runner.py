@@ -673,9 +673,10 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
         # before any stage: every command names a missing id column the same way
         user = registered[prepared.name]
         unset = "id" not in (spec.raw.get("source") or {}) and spec.id_column != ROW  # a spec file's default id
-        require_id_column(spec.id_column, (*user.columns, *((ROW,) if user.has_row else ())), user.label,
-                          hint=f"; a spec without [source] id reads the ids from {spec.id_column!r}: name the "
-                               "id column there" if unset else "")
+        if spec.audits:   # a [vision]-only spec audits predictions rows, which its stage keys itself
+            require_id_column(spec.id_column, (*user.columns, *((ROW,) if user.has_row else ())), user.label,
+                              hint=f"; a spec without [source] id reads the ids from {spec.id_column!r}: name the "
+                                   "id column there" if unset else "")
         if isinstance(prepared.data, str | Path) and str(prepared.data).lower().endswith(PARQUET_SUFFIXES):
             files[registered[prepared.name].view] = Path(prepared.data)
     else:

@@ -177,6 +177,14 @@ def test_audits_written_under_source_says_so(data: Path, tmp_path: Path) -> None
     assert "missing required key 'audits'" in spec_error(tmp_path, spec_text(data, ""))
 
 
+def test_a_vision_spec_needs_no_audits(data: Path, tmp_path: Path) -> None:
+    """[vision] audits the predictions itself: a path and the section are a whole spec (the README's form);
+    without [vision] the audits stay required."""
+    spec = load_spec(str(write_spec(tmp_path, f'name = "v"\n[source]\npath = "{data}"\n[vision]\nconditions = ["jpeg"]\n')))
+    assert spec.audits == () or list(spec.audits) == []
+    assert "missing required key 'audits'" in spec_error(tmp_path, f'name = "v"\n[source]\npath = "{data}"\n')
+
+
 @pytest.mark.parametrize(("written", "shown"), [('models = ["0"]', "models = ['0']"), ('model = "m"', "model = 'm'"),
                                                 ('models = "all"', "models = 'all'")])
 def test_models_without_per_names_the_key_written(data: Path, tmp_path: Path, written: str, shown: str) -> None:
