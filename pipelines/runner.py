@@ -470,7 +470,9 @@ def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) 
         return prepare_source(spec, settings, spec.query)
     if spec.connector is None:  # [source] path: the user's file (or glob)
         path = Path(spec.source)
-        return UserSource(path.name, path, str(path))
+        # a glob's name alone (*.parquet) would name every glob alike: with its folder, parts/*.parquet
+        name = f"{path.parent.name}/{path.name}" if is_glob(path) and path.parent.name else path.name
+        return UserSource(name, path, str(path))
     # Keys of [source] other than connector/path/id are the connector's options (e.g. jarvis: models, require).
     options = {k: v for k, v in (spec.raw.get("source") or {}).items() if k not in SOURCE_KEYS}
     connector = get_connector(spec.source)

@@ -458,3 +458,14 @@ def test_vision_predictions_from_a_glob_read_as_from_one_file(tmp_path: Path) ->
         summaries.append(summary.select(
             "model", "split", "n_candidates", "ambiguous_fraction").sort("model", "split", "n_candidates"))
     assert summaries[0].height > 0 and summaries[0].equals(summaries[1])
+
+
+def test_a_glob_is_named_with_its_folder(tmp_path: Path) -> None:
+    """Every glob was the source '*.parquet' in its package (and on the console): two globs of two folders
+    could not be told apart."""
+    glob = write(tmp_path / "parts", {"id": ["a", "b"], "x": [0, 1], "y": [0, 1]}, {"id": ["c"], "x": [1], "y": [1]})
+    out = CliRunner().invoke(cli, ["audit", glob, "--id", "id", "--evidence", "x", "--claim", "y = 1", "--no-report",
+                                   "--json"], env={"DCAUDIT_HOME": str(tmp_path / "h")})
+    assert out.exit_code == 0, out.output
+    summary = pq.read_table(Path(json.loads(out.stdout)["package_dir"]) / "summary.parquet")
+    assert summary["source"].to_pylist() == ["parts/*.parquet"]
