@@ -62,6 +62,9 @@ from dcaudit.spec import check_keys, check_not_blank, check_support, name_list, 
 CLAIM = "robust = true"
 EVIDENCE = "predicted,clean_correct,confidence_decile"
 SUITE_KINDS = ("all", "each", "severity")
+# the summary's per-fiber counts: 0 for a suite × split × model whose every candidate is excluded
+_COUNTS = ("n_candidates", "n_fibers", "n_mixed_fibers", "n_unsupported_fibers", "certified_true", "certified_false",
+           "ambiguous", "unsupported", "n_true", "benchmark_only_errors")
 _counter = itertools.count()
 
 
@@ -180,13 +183,16 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
                     coalesce(sum(n) FILTER (WHERE status = 'ambiguous'), 0) AS ambiguous,
                     coalesce(sum(n) FILTER (WHERE status = 'unsupported'), 0) AS unsupported,
                     sum(n_true) AS n_true, sum(least(n_true, n - n_true)) AS benchmark_only_errors,
-                    median(n) AS median_fiber_size, count(DISTINCT split) AS n_splits
+                    median(n) AS median_fiber_size
                 FROM {t['fib']} GROUP BY GROUPING SETS ((suite, split, model), (suite, model))),
             c AS (SELECT suite, split, model, count_if(reason IS NOT NULL) AS n_excluded,
+                         count(DISTINCT split) AS n_splits,
                          avg(CAST(clean_correct AS DOUBLE)) AS clean_accuracy
                   FROM {t['cand']} GROUP BY GROUPING SETS ((suite, split, model), (suite, model)))
-            SELECT f.*, c.n_excluded, c.clean_accuracy
-            FROM f JOIN c ON f.suite = c.suite AND f.model = c.model AND f.split IS NOT DISTINCT FROM c.split""")
+            -- every suite × split × model with a candidate has its row, also when all of them are excluded
+            SELECT c.suite, c.split, c.model, {', '.join(f"coalesce(f.{k}, 0) AS {k}" for k in _COUNTS)},
+                   f.median_fiber_size, c.n_splits, c.n_excluded, c.clean_accuracy
+            FROM c LEFT JOIN f ON f.suite = c.suite AND f.model = c.model AND f.split IS NOT DISTINCT FROM c.split""")
         corruptions = f"(SELECT string_agg(condition, ',' ORDER BY condition) FROM {t['suite']} x WHERE x.suite = s.suite)"
         summary = con.sql(f"""SELECT {head}, s.model, CAST(s.split AS INTEGER) AS split, {int(min_support)} AS min_support,
                 {summary_columns_sql()},
@@ -212,25 +218,25 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
         choice = con.sql(f"""WITH r AS (
                 SELECT s.*, o.model_rank FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
                 WHERE s.split IS NOT NULL),
-            w AS (SELECT *, n_true / n_candidates AS robust_accuracy,
-                         (certified_true + certified_false) / n_candidates AS certified_fraction,
+            w AS (SELECT *, n_true / nullif(n_candidates, 0) AS robust_accuracy,
+                         (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
                          rank() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC) AS rank_by_benchmark,
-                         rank() OVER (PARTITION BY suite, split ORDER BY n_true / n_candidates DESC) AS rank_by_robustness,
+                         rank() OVER (PARTITION BY suite, split ORDER BY n_true / nullif(n_candidates, 0) DESC) AS rank_by_robustness,
                          rank() OVER (PARTITION BY suite, split
-                                      ORDER BY (certified_true + certified_false) / n_candidates DESC)
+                                      ORDER BY (certified_true + certified_false) / nullif(n_candidates, 0) DESC)
                              AS rank_by_certification,
                          row_number() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC, model_rank) = 1
                              AS chosen_by_benchmark,
-                         row_number() OVER (PARTITION BY suite, split ORDER BY n_true / n_candidates DESC, model_rank) = 1
+                         row_number() OVER (PARTITION BY suite, split ORDER BY n_true / nullif(n_candidates, 0) DESC, model_rank) = 1
                              AS chosen_by_robustness,
                          row_number() OVER (PARTITION BY suite, split
-                             ORDER BY (certified_true + certified_false) / n_candidates DESC, model_rank) = 1
+                             ORDER BY (certified_true + certified_false) / nullif(n_candidates, 0) DESC, model_rank) = 1
                              AS chosen_by_certification
                   FROM r)
             SELECT {sql_literal(source)} AS source, suite AS audit_id, {sql_literal(CLAIM)} AS claim, model,
                    CAST(split AS INTEGER) AS split, 'clean_accuracy' AS benchmark_metric_name,
                    clean_accuracy AS benchmark_metric, robust_accuracy, certified_fraction,
-                   ambiguous / n_candidates AS ambiguous_fraction,
+                   ambiguous / nullif(n_candidates, 0) AS ambiguous_fraction,
                    CAST(benchmark_only_errors AS BIGINT) AS false_decisions,
                    CAST(n_candidates AS BIGINT) AS n_candidates,
                    CAST(rank_by_benchmark AS BIGINT) AS rank_by_benchmark,

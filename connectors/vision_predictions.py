@@ -38,6 +38,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from dcaudit.claims import sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
 
 CLEAN = "clean"
@@ -60,14 +61,30 @@ def _sql_list(values: Sequence[str]) -> str:
     return "[" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + "]"
 
 
+def _not_integer(col: str, duckdb_type: str) -> str:
+    """SQL true where ``col`` is not a whole number that fits an INTEGER (casts round 1.5 and '1.5' to 2)."""
+    if value_kind(duckdb_type) == "int" and not duckdb_type.startswith("DECIMAL"):
+        return f"TRY_CAST({col} AS INTEGER) IS NULL"
+    return f"coalesce(TRY_CAST({col} AS INTEGER) <> TRY_CAST({col} AS DOUBLE), TRUE)"
+
+
+def _as_text(col: str, duckdb_type: str) -> str:
+    """A class as text: a float that is a whole number reads as one (1.0 as '1'), so it equals the integer 1."""
+    if value_kind(duckdb_type) == "float" or duckdb_type.startswith("DECIMAL"):
+        return (f"CASE WHEN isfinite({col}) AND {col} = floor({col}) AND abs({col}) < 1e15 THEN CAST(CAST({col} AS BIGINT) AS VARCHAR) "
+                f"ELSE CAST({col} AS VARCHAR) END")
+    return f"CAST({col} AS VARCHAR)"
+
+
 def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str,
                          conditions: Sequence[str] | None = None, clean: str = CLEAN,
-                         row_column: str | None = None) -> str:
+                         row_column: str | None = None, every_condition: bool = False) -> str:
     """Check a predictions relation; return the name of a normalised view over it.
 
     Errors name the file, the 1-based data row (when ``row_column`` holds it) and the column.
+    ``every_condition``: each of ``conditions`` must occur (a user's table; a connector's may hold a subset).
     The normalised view has the columns of ``PREDICTION_SCHEMA`` (``split`` 0 when absent;
-    predicted/label/image_id as text so that '7' and 7 compare equal).
+    predicted/label/image_id as text so that '7' and 7, and 7.0 and 7, compare equal).
     """
     types = {r[0]: r[1] for r in con.execute(f"DESCRIBE {view}").fetchall()}
     columns = list(types)
@@ -86,8 +103,14 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
               for col in checked]
     checks.append(("confidence must be a finite number", "confidence",
                    "coalesce(NOT isfinite(TRY_CAST(confidence AS DOUBLE)), TRUE)"))
+    for col in ("predicted", "label"):   # a class held as a float: NaN or ±inf is no class (it read as 'nan')
+        if value_kind(types[col]) == "float":
+            checks.append((f"{col} must be a class, not NaN or infinite", col, f"NOT isfinite({col})"))
     if has_split:
-        checks.append(("split must be an integer", "split", "TRY_CAST(split AS INTEGER) IS NULL"))
+        checks.append(("split must be an integer", "split", _not_integer("split", types["split"])))
+    if "severity" in columns:
+        checks.append(("severity must be an integer", "severity",
+                       f"severity IS NOT NULL AND {_not_integer('severity', types['severity'])}"))
     found_rows = con.execute(f"SELECT {', '.join(first(c) for _, _, c in checks)} FROM {view}").fetchall()[0]
     for (message, col, cond), bad_row in zip(checks, found_rows, strict=True):
         if bad_row is None:
@@ -117,6 +140,24 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
                 ).fetchall()[0]
             raise InputError(f"unknown condition {cond!r}; declared: {', '.join(allowed)}", file=file,
                              row=bad_row, column="condition")
+        absent = [c for c in allowed if c not in found]
+        if every_condition and absent:
+            raise InputError(f"no rows with condition {absent[0]!r}, which [vision] conditions declares "
+                             f"(conditions found: {', '.join(found[:12])})", file=file, column="condition")
+    if "severity" in columns:  # a condition is one corruption at one severity (the severity suites group by it)
+        mixed = _first_row(con, f"SELECT CAST(condition AS VARCHAR), string_agg(DISTINCT coalesce(CAST(severity AS "
+                                f"VARCHAR), 'NULL'), ', ') FROM {view} WHERE CAST(condition AS VARCHAR) <> "
+                                f"{sql_literal(clean)} GROUP BY 1 HAVING count(DISTINCT severity) > 1 "
+                                "OR (count(severity) > 0 AND count(severity) < count(*))")
+        if mixed is not None:
+            bad_row = None
+            if row_column:
+                bad_row = con.execute(
+                    f"SELECT {row_column} FROM {view} WHERE CAST(condition AS VARCHAR) = ? QUALIFY severity IS "
+                    f"DISTINCT FROM first_value(severity) OVER (ORDER BY {row_column}) ORDER BY 1 LIMIT 1",
+                    [mixed[0]]).fetchall()[0][0]
+            raise InputError(f"condition {mixed[0]!r} has more than one severity ({mixed[1]}): a condition is one "
+                             "corruption at one severity", file=file, row=bad_row, column="severity")
     split = ("split" if types.get("split") == "INTEGER" else "CAST(split AS INTEGER)") if has_split else "0"
     keys = ", ".join([split] + [c if types[c] == "VARCHAR" else f"CAST({c} AS VARCHAR)"
                                 for c in ("model", "image_id", "condition")])
@@ -138,8 +179,8 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
                       for c, t in (("corruption", "VARCHAR"), ("severity", "INTEGER")))
     con.execute(f"""CREATE OR REPLACE TEMP VIEW {norm} AS SELECT
         {split} AS split, CAST(model AS VARCHAR) AS model, CAST(image_id AS VARCHAR) AS image_id,
-        CAST(condition AS VARCHAR) AS condition, CAST(predicted AS VARCHAR) AS predicted,
-        CAST(confidence AS DOUBLE) AS confidence, CAST(label AS VARCHAR) AS label, {extra}
+        CAST(condition AS VARCHAR) AS condition, {_as_text("predicted", types["predicted"])} AS predicted,
+        CAST(confidence AS DOUBLE) AS confidence, {_as_text("label", types["label"])} AS label, {extra}
         FROM {view}""")
     return norm
 
@@ -151,7 +192,7 @@ def read_predictions(con: duckdb.DuckDBPyConnection, path: Path, *, conditions: 
 
     registered = register_input(con, Path(path))  # the input contract: readable, unique columns, __row
     return validate_predictions(con, registered.view, file=str(path), conditions=conditions, clean=clean,
-                                row_column=ROW)
+                                row_column=ROW, every_condition=True)
 
 
 def image_evidence_sql(predictions: str, clean: str = CLEAN, bins: int = 10) -> str:

@@ -19,6 +19,7 @@ from dcaudit.audits.vision import (
     build_suites,
     headline_notes,
 )
+from dcaudit.errors import SpecError
 from dcaudit.inputs import ROW, column_types
 from dcaudit.stage import StageContext, StageTables
 
@@ -39,8 +40,13 @@ def vision_stage(ctx: StageContext) -> StageTables:
         if is_file:  # a user's predictions: errors name the row where the input numbers them (a glob does not)
             norm = vision_predictions.validate_predictions(
                 ctx.con, view, file=str(user_file), conditions=cfg.conditions, clean=cfg.clean,
-                row_column=ROW if ROW in column_types(ctx.con, view) else None)
+                row_column=ROW if ROW in column_types(ctx.con, view) else None, every_condition=True)
             source, order = ctx.source, cfg.model_order
+            models = {r[0] for r in ctx.con.execute(f"SELECT DISTINCT model FROM {norm}").fetchall()}
+            absent = [m for m in order or () if m not in models]
+            if absent:
+                raise SpecError(f"[vision] model_order names {absent[0]!r}, which {user_file} has no predictions of "
+                                f"(models: {', '.join(sorted(models)[:12])})")
         else:
             norm = vision_predictions.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
                                                            clean=cfg.clean)

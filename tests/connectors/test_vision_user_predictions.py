@@ -1,0 +1,127 @@
+"""A user's own predictions with a [vision] section: bad input is an error naming file, row and column (or
+option), or is kept and reported — never silently dropped or silently wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from dcaudit.cli import cli
+from dcaudit.connectors import vision_predictions as vp
+from dcaudit.errors import InputError
+
+HEADER = "model,image_id,condition,predicted,label,confidence\n"
+ROWS = "m1,a,clean,1,1,0.9\nm1,a,noise,1,1,0.8\nm1,b,clean,2,2,0.7\nm1,b,noise,3,2,0.6\n"
+
+
+def _write(tmp_path: Path, text: str, name: str = "preds.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _run(tmp_path: Path, data: str, vision: str = 'conditions = ["noise"]\n'):
+    spec = tmp_path / "mine.toml"
+    spec.write_text(f'name = "mine"\n[source]\npath = "{data}"\n[vision]\n{vision}')
+    return CliRunner().invoke(cli, ["run", str(spec), "--no-report", "--json"],
+                              env={"DCAUDIT_HOME": str(tmp_path / "h")})
+
+
+def test_a_float_class_equals_the_integer_class(tmp_path: Path) -> None:
+    """predicted 1.0 (a float column) and label 1 (an integer column) read '1.0' and '1': every prediction was
+    wrong, clean accuracy 0, without a word."""
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"model": ["m"] * 4, "image_id": ["a", "a", "b", "b"],
+                             "condition": ["clean", "noise"] * 2, "predicted": [1.0, 1.0, 2.0, 2.5],
+                             "label": [1, 1, 2, 2], "confidence": [0.9, 0.8, 0.7, 0.6]}), path)
+    con = duckdb.connect()
+    view = vp.read_predictions(con, path, conditions=["noise"])
+    rows = con.execute(f"SELECT predicted, label FROM {view} ORDER BY image_id, condition").fetchall()
+    assert rows == [("1", "1"), ("1", "1"), ("2", "2"), ("2.5", "2")]
+    csv = _write(tmp_path, HEADER + "m,a,clean,1.0,1,0.9\nm,a,noise,1.0,1,0.8\nm,b,clean,2,2,0.7\nm,b,noise,2.0,2,0.6\n")
+    view = vp.read_predictions(con, csv, conditions=["noise"])
+    assert con.execute(f"SELECT count_if(predicted = label) FROM {view}").fetchall() == [(4,)]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_float_class_that_is_nan_or_infinite_is_named(tmp_path: Path, bad: float) -> None:
+    """A NaN predicted class in a float column was the class 'nan' (and, once whole floats read as integers, a
+    failed cast: an internal error)."""
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"model": ["m"] * 4, "image_id": ["a", "a", "b", "b"],
+                             "condition": ["clean", "noise"] * 2, "predicted": [1.0, 1.0, bad, 2.0],
+                             "label": [1, 1, 2, 2], "confidence": [0.9, 0.8, 0.7, 0.6]}), path)
+    with pytest.raises(InputError) as exc:
+        vp.read_predictions(duckdb.connect(), path, conditions=["noise"])
+    assert (exc.value.row, exc.value.column) == (3, "predicted")
+    assert str(exc.value).startswith("predicted must be a class, not NaN or infinite")
+
+
+def test_a_fractional_split_is_named_not_rounded(tmp_path: Path) -> None:
+    """split 1.5 was cast to 2 (DuckDB rounds), merging it into another split."""
+    text = "split," + HEADER + "".join("0," + line + "\n" for line in ROWS.splitlines()) + "1.5,m1,c,clean,1,1,0.5\n"
+    with pytest.raises(InputError) as exc:
+        vp.read_predictions(duckdb.connect(), _write(tmp_path, text), conditions=["noise"])
+    assert str(exc.value) == (f"split must be an integer, found '1.5' (file {tmp_path / 'preds.csv'}, row 5, "
+                              "column 'split')")
+
+
+@pytest.mark.parametrize(("value", "shown"), [("high", "'high'"), ("2.5", "'2.5'")])
+def test_a_severity_that_is_not_an_integer_is_named(tmp_path: Path, value: str, shown: str) -> None:
+    """severity 'high' was an internal error (a failed cast in the normalised view); 2.5 was rounded to 2."""
+    text = (HEADER.replace("\n", ",severity\n") + "m1,a,clean,1,1,0.9,\nm1,a,noise,1,1,0.8,3\n"
+            f"m1,b,clean,2,2,0.7,\nm1,b,noise,3,2,0.6,{value}\n")
+    with pytest.raises(InputError) as exc:
+        vp.read_predictions(duckdb.connect(), _write(tmp_path, text), conditions=["noise"])
+    assert (exc.value.row, exc.value.column) == (4, "severity")
+    assert str(exc.value).startswith(f"severity must be an integer, found {shown}")
+
+
+def test_a_condition_with_two_severities_is_named(tmp_path: Path) -> None:
+    """noise at severity 3 on one row and 5 on another went into robust[severity=3] only (any_value)."""
+    text = (HEADER.replace("\n", ",severity\n") + "m1,a,clean,1,1,0.9,\nm1,a,noise,1,1,0.8,3\n"
+            "m1,b,clean,2,2,0.7,\nm1,b,noise,3,2,0.6,5\n")
+    with pytest.raises(InputError) as exc:
+        vp.read_predictions(duckdb.connect(), _write(tmp_path, text), conditions=["noise"])
+    assert str(exc.value) == ("condition 'noise' has more than one severity (3, 5): a condition is one corruption "
+                              f"at one severity (file {tmp_path / 'preds.csv'}, row 4, column 'severity')")
+
+
+def test_a_declared_condition_without_rows_is_named(tmp_path: Path) -> None:
+    """conditions = ["noise", "blur"] over a file without blur audited noise alone, silently."""
+    out = _run(tmp_path, str(_write(tmp_path, HEADER + ROWS)), 'conditions = ["noise", "blur"]\n')
+    assert out.exit_code == 2, out.output
+    assert (f"no rows with condition 'blur', which [vision] conditions declares (conditions found: clean, noise) "
+            f"(file {tmp_path / 'preds.csv'}, column 'condition')") in out.output
+
+
+def test_a_model_order_naming_no_model_is_named(tmp_path: Path) -> None:
+    out = _run(tmp_path, str(_write(tmp_path, HEADER + ROWS)), 'conditions = ["noise"]\nmodel_order = ["m9"]\n')
+    assert out.exit_code == 2, out.output
+    assert (f"[vision] model_order names 'm9', which {tmp_path / 'preds.csv'} has no predictions of (models: m1)"
+            in out.output)
+
+
+def test_a_model_whose_every_candidate_is_excluded_keeps_its_summary_row(tmp_path: Path) -> None:
+    """m2 without clean rows (no evidence) and m3 without blur (claim missing) vanished from the summary and the
+    choice table: their rows came from the fibers, and they had none."""
+    text = (HEADER + "m1,a,clean,1,1,0.9\nm1,a,noise,1,1,0.8\nm1,a,blur,1,1,0.8\n"
+            "m2,a,noise,1,1,0.8\nm2,a,blur,1,1,0.8\nm3,a,clean,1,1,0.9\nm3,a,noise,1,1,0.8\n")
+    out = _run(tmp_path, str(_write(tmp_path, text)), 'conditions = ["noise", "blur"]\nsuites = ["all"]\n')
+    assert out.exit_code == 0, out.output
+    package = Path(json.loads(out.stdout)["package_dir"])
+    summary = pq.read_table(package / "summary.parquet").to_pylist()
+    got = [(r["model"], r["split"], r["n_candidates"], r["n_excluded"], r["n_splits"], r["clean_accuracy"],
+            r["robust_accuracy"]) for r in summary]
+    assert got == [("m1", 0, 1, 0, 1, 1.0, 1.0), ("m2", 0, 0, 1, 1, None, None), ("m3", 0, 0, 1, 1, 1.0, None),
+                   ("m1", None, 1, 0, 1, 1.0, 1.0), ("m2", None, 0, 1, 1, None, None),
+                   ("m3", None, 0, 1, 1, 1.0, None)]
+    choice = pq.read_table(package / "choice.parquet").to_pylist()
+    assert [(r["model"], r["robust_accuracy"], r["chosen_by_robustness"], r["chosen_by_certification"])
+            for r in choice] == [("m1", 1.0, True, True), ("m2", None, False, False), ("m3", None, False, False)]
