@@ -44,6 +44,8 @@ from dcaudit.errors import InputError, SpecError
 CLEAN = "clean"
 REQUIRED_COLUMNS = ("model", "image_id", "condition", "predicted", "label", "confidence")
 OPTIONAL_COLUMNS = ("split", "corruption", "severity")
+# read from a CSV as written: image ids 01 and 1 are two images (as numbers both were 1)
+KEY_TEXT_COLUMNS = ("model", "image_id", "condition")
 
 PREDICTION_SCHEMA = pa.schema([
     ("split", pa.int32()), ("model", pa.string()), ("image_id", pa.string()), ("condition", pa.string()),
@@ -190,7 +192,8 @@ def read_predictions(con: duckdb.DuckDBPyConnection, path: Path, *, conditions: 
     """Load and validate a user's predictions file; return the normalised view's name."""
     from dcaudit.inputs import ROW, register_input
 
-    registered = register_input(con, Path(path))  # the input contract: readable, unique columns, __row
+    # the input contract: readable, unique columns, __row
+    registered = register_input(con, Path(path), text_columns=KEY_TEXT_COLUMNS)
     return validate_predictions(con, registered.view, file=str(path), conditions=conditions, clean=clean,
                                 row_column=ROW, every_condition=True)
 

@@ -670,8 +670,12 @@ def _context(spec: PipelineSpec, settings: Settings, con: duckdb.DuckDBPyConnect
     empty: set[str] = set()      # connector tables without rows: registered nowhere, named if an audit asks
     if isinstance(prepared, UserSource):
         # the id column is read from a CSV as text: an id 007 stays 007
-        registered[prepared.name] = register_input(con, prepared.data, label=prepared.label,
-                                                   text_columns=(spec.id_column,))
+        text: tuple[str, ...] = (spec.id_column,)
+        if "vision" in spec.sections:   # a user's predictions: their keys as written (image 01 is not image 1)
+            from dcaudit.connectors.vision_predictions import KEY_TEXT_COLUMNS
+
+            text += KEY_TEXT_COLUMNS
+        registered[prepared.name] = register_input(con, prepared.data, label=prepared.label, text_columns=text)
         # before any stage: every command names a missing id column the same way
         user = registered[prepared.name]
         unset = "id" not in (spec.raw.get("source") or {}) and spec.id_column != ROW  # a spec file's default id

@@ -125,3 +125,16 @@ def test_a_model_whose_every_candidate_is_excluded_keeps_its_summary_row(tmp_pat
     choice = pq.read_table(package / "choice.parquet").to_pylist()
     assert [(r["model"], r["robust_accuracy"], r["chosen_by_robustness"], r["chosen_by_certification"])
             for r in choice] == [("m1", 1.0, True, True), ("m2", None, False, False), ("m3", None, False, False)]
+
+
+def test_image_ids_are_read_as_written(tmp_path: Path) -> None:
+    """Image ids 01 and 1 in a CSV were both the number 1: a duplicate error naming an image '1' the file does
+    not spell that way (or, across conditions, two images merged into one)."""
+    text = HEADER + "m1,01,clean,1,1,0.9\nm1,01,noise,1,1,0.8\nm1,1,clean,2,2,0.7\nm1,1,noise,3,2,0.6\n"
+    con = duckdb.connect()
+    view = vp.read_predictions(con, _write(tmp_path, text), conditions=["noise"])
+    assert sorted({r[0] for r in con.execute(f"SELECT image_id FROM {view}").fetchall()}) == ["01", "1"]
+    out = _run(tmp_path, "preds.csv")
+    assert out.exit_code == 0, out.output
+    candidates = pq.read_table(Path(json.loads(out.stdout)["package_dir"]) / "candidates.parquet")
+    assert set(candidates["candidate_id"].to_pylist()) == {"01", "1"}   # two images in every suite
