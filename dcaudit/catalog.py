@@ -213,7 +213,7 @@ class Catalog:
             return [], []
         if not self._parsed:
             self._parsed.update(self._read_records_cache())
-        self._present_records = {e.name for e in entries}
+        self._present_records = {e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")}
         for entry in entries:
             if not entry.name.endswith(".json") or entry.name.startswith("."):
                 continue

@@ -684,6 +684,11 @@ def test_records_are_parsed_once_across_commands_and_changes_are_seen(tmp_path: 
     finally:
         con.close()
     assert specs == {first["run_id"]: "renamed-by-hand", second["run_id"]: "two"}
+    # nothing changed (a stray temporary beside the records included): the cache is not written again
+    (home / "records" / ".left-by-a-killed-run.json.1.tmp").write_text("{")
+    before = (home / ".records-cache.json").stat().st_mtime_ns
+    catalog_of(home).rebuild()
+    assert (home / ".records-cache.json").stat().st_mtime_ns == before
     (home / ".records-cache.json").write_text("{not json")
     read.clear()
     assert catalog_of(home).rebuild().runs == 2
