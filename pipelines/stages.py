@@ -199,7 +199,9 @@ def _reads_jarvis(raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection
     out: list[tuple[str | None, str]] = []
     if parsed.replay is not None:   # by_position: the [replay] windows again (on its first audit by default)
         chosen = parsed.replay.audits or tuple(a.audit_id for a in spec.audits[:1])
-        out += _on_tables(_chosen_tables(chosen, spec), parsed.replay.reference, parsed.replay.model_column)
+        # by_position_view joins the predictions on the audit table's fixed model and jid columns
+        out += _on_tables(_chosen_tables(chosen, spec), parsed.replay.reference, parsed.replay.model_column,
+                          "model", "jid")
     base = parsed.probe_baseline
     if base is not None:
         out += _on_tables([base.table], *base.evidence.columns, *base.claim.columns)

@@ -192,3 +192,13 @@ def test_probe_baseline_runs_with_the_values_written(tmp_path: Path) -> None:
     assert replay.filter(pl.col("seed").is_not_null())["seed"].unique().sort().to_list() == [0, 1, 2]
     assert set(replay["min_support"]) == {2} and set(replay["calibration_fraction"]) == {0.6}
     assert set(replay["fiber_rule"]) == {"quantile:4"}
+
+
+def test_jarvis_section_names_the_join_columns_it_reads() -> None:
+    """By position, [jarvis] joins the predictions on the audit table's model and jid columns: they are
+    among the columns the section reads, so a glob lacking them in one file is reported, not joined to NULL."""
+    from dcaudit.pipelines.stages import STAGES
+
+    spec = load_spec("jarvis")
+    read = set(STAGES["jarvis"].columns(spec.sections["jarvis"], spec, ()))
+    assert {("jarvis", "model"), ("jarvis", "jid"), ("jarvis", "formation_energy_peratom")} <= read
