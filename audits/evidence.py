@@ -67,6 +67,13 @@ def value_sql(column: str, dialect: SqlDialect = DUCKDB) -> str:
     return f"(CAST({dialect.identifier(column)} AS DOUBLE) + 0.0)"
 
 
+def range_sql(column: str) -> str:
+    """SQL: the values of :func:`value_sql` without the ``+ 0.0``, for :func:`dcaudit.audits.quantiles.bounds`
+    only: its min and max are the same numbers (-0.0 = 0.0), and DuckDB answers a cast column's min and max
+    from Parquet statistics where an expression on it costs a scan (0.15 s at 1e7 rows)."""
+    return f"CAST({DUCKDB.identifier(column)} AS DOUBLE)"
+
+
 def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[str, ...] | list[str], k: int,
                   where: str = "TRUE") -> dict[str, list[float]]:
     """Interior cut points of ``k`` equal-count bins of each column over its finite values, deduplicated
@@ -84,7 +91,8 @@ def quantile_cuts(con: duckdb.DuckDBPyConnection, relation: str, columns: tuple[
     for column in columns:
         x = value_sql(column)
         src = f"SELECT {x} AS x, TRUE AS y FROM {relation} WHERE {where}"
-        out[column] = quantiles.select(con, src, probs, quantiles.bounds(con, x, relation), resolve_bins=False).cuts
+        out[column] = quantiles.select(con, src, probs, quantiles.bounds(con, range_sql(column), relation),
+                                       resolve_bins=False).cuts
     return out
 
 
@@ -294,7 +302,8 @@ def evidence_select(con: duckdb.DuckDBPyConnection, relation: str, id_column: st
             (column,) = emap.columns
             x = value_sql(column, d)
             sel = quantiles.select(con, f"SELECT {x} AS x, CAST({y_sql} AS BOOLEAN) AS y FROM {relation}",
-                                   quantiles.probabilities(k), quantiles.bounds(con, x, relation), resolve_bins=True)
+                                   quantiles.probabilities(k), quantiles.bounds(con, range_sql(column), relation),
+                                   resolve_bins=True)
             cuts = {column: sel.cuts}
             groups = quantiles.fiber_groups(sel, emap.missing, keys[0])
         else:
