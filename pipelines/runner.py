@@ -47,7 +47,7 @@ from dcaudit.catalog import Catalog, file_lock
 from dcaudit.config import Settings
 from dcaudit.connectors import get_connector
 from dcaudit.connectors.base import PreparedSource, parse_options
-from dcaudit.engine import ENGINES, Engine, connect, machine_limit
+from dcaudit.engine import ENGINES, Engine, audit_database, machine_limit
 from dcaudit.errors import (
     ClaimError,
     DcauditError,
@@ -495,56 +495,54 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
     check_engine(engine)
     for section in spec.sections:  # slow imports a stage needs start now, beside reading the source
         STAGES[section].warm_up()
-    con = connect(settings)
-    ctx: StageContext | None = None
-    try:
-        ctx = _context(spec, settings, con, prepared, prepared.name, engine=engine)
-        with stage_progress("fibers", timings, quiet=quiet):
-            collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
-        for section in spec.sections:
-            if ctx.engine.name not in STAGES[section].engines:
-                on_duckdb(ctx, f"stage {section}")
-            with stage_progress(section, timings, quiet=quiet):
-                for table, parts in STAGES[section].function()(ctx).items():
-                    collected.setdefault(table, []).extend(parts)
-        found = [findings.read(prepared.findings)] if isinstance(prepared, PreparedSource) else []
-        found += [findings.conform_arrow(t) for t in ctx.findings]
-        if found:  # what the connector and the input contract found wrong with the inputs
-            collected["findings"] = found
-        tables = {name: concat(parts) for name, parts in collected.items() if parts}
-        return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
-                        "sources": source_provenance(prepared),
-                        "source_files": [s.manifest_entry() for s in prepared.sources]
-                        if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
-    except duckdb.Error as exc:
-        err = resource_error(exc, settings, "the audit stopped") or refused_column_error(exc)
-        if err is None:
-            raise
-        raise err from None
-    except ClaimError as exc:
-        refused = refused_column_error(exc)
-        if refused is not None:
-            raise refused from None
+    with audit_database(settings) as con:  # closed now, not when garbage is collected: spill files go
+        ctx: StageContext | None = None
         try:
-            hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
-        except duckdb.Error as err:   # the hint reads the column: a refused one says why it cannot be read
-            refused = refused_column_error(err)
+            ctx = _context(spec, settings, con, prepared, prepared.name, engine=engine)
+            with stage_progress("fibers", timings, quiet=quiet):
+                collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
+            for section in spec.sections:
+                if ctx.engine.name not in STAGES[section].engines:
+                    on_duckdb(ctx, f"stage {section}")
+                with stage_progress(section, timings, quiet=quiet):
+                    for table, parts in STAGES[section].function()(ctx).items():
+                        collected.setdefault(table, []).extend(parts)
+            found = [findings.read(prepared.findings)] if isinstance(prepared, PreparedSource) else []
+            found += [findings.conform_arrow(t) for t in ctx.findings]
+            if found:  # what the connector and the input contract found wrong with the inputs
+                collected["findings"] = found
+            tables = {name: concat(parts) for name, parts in collected.items() if parts}
+            return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
+                            "sources": source_provenance(prepared),
+                            "source_files": [s.manifest_entry() for s in prepared.sources]
+                            if isinstance(prepared, PreparedSource) else [], **engine_provenance(ctx.engine)}
+        except duckdb.Error as exc:
+            err = resource_error(exc, settings, "the audit stopped") or refused_column_error(exc)
+            if err is None:
+                raise
+            raise err from None
+        except ClaimError as exc:
+            refused = refused_column_error(exc)
+            if refused is not None:
+                raise refused from None
+            try:
+                hint = _text_id_hint(str(exc), spec, prepared) or _first_text_hint(str(exc), ctx)
+            except duckdb.Error as err:   # the hint reads the column: a refused one says why it cannot be read
+                refused = refused_column_error(err)
+                if refused is None:
+                    raise
+                raise refused from None
+            if hint:
+                raise ClaimError(f"{exc}{hint}") from exc
+            raise
+        except DcauditError as exc:   # a stage's wording of DuckDB's error() for a column it cannot hold
+            refused = refused_column_error(exc)
             if refused is None:
                 raise
             raise refused from None
-        if hint:
-            raise ClaimError(f"{exc}{hint}") from exc
-        raise
-    except DcauditError as exc:   # a stage's wording of DuckDB's error() for a column it cannot hold
-        refused = refused_column_error(exc)
-        if refused is None:
-            raise
-        raise refused from None
-    finally:
-        if ctx is not None:
-            ctx.engine.close()
-        con.close()  # now, not when garbage is collected: spill files go, and the CLI may end with os._exit
-        con.close()
+        finally:
+            if ctx is not None:
+                ctx.engine.close()
 
 
 def _text_id_hint(message: str, spec: PipelineSpec, prepared: PreparedSource | UserSource) -> str:
