@@ -92,13 +92,26 @@ def shared_connection() -> duckdb.DuckDBPyConnection:
     Opening a DuckDB database costs ~0.03 s (its buffer manager, thread pool and catalog); a connection to
     an open one ~1 ms, and each has its own temp tables, registered frames and transaction. Audits do not
     run here: DuckDB's settings belong to the database, and an audit sets its own (memory limit, threads,
-    the optimizer switch that keeps NaN tests honest), so :func:`connect` opens a database per audit and
-    audits in other threads cannot change each other's. A forked child opens its own (DuckDB is not
-    fork-safe)."""
+    the optimizer switch that keeps NaN tests honest), so each audit holds a database of its own
+    (:func:`audit_database`) and audits in other threads cannot change each other's. The shared database is
+    an idle audit database when there is one (no second database opened), else a new one. A forked child
+    opens its own (DuckDB is not fork-safe)."""
     global _INSTANCE, _INSTANCE_PID
     if _INSTANCE is None or os.getpid() != _INSTANCE_PID:
-        _INSTANCE, _INSTANCE_PID = duckdb.connect(":memory:"), os.getpid()
+        _INSTANCE, _INSTANCE_PID = _adopt_idle() or duckdb.connect(":memory:"), os.getpid()
     return _INSTANCE.cursor()
+
+
+def _adopt_idle() -> duckdb.DuckDBPyConnection | None:
+    """An idle audit database of this process, taken out of the pool for good to be the shared one (a
+    command's audit and its catalog build then open one database, not two), with row order kept again as
+    the shared work expects; its memory limit, threads and spill directory stay the user's."""
+    with _IDLE_LOCK:
+        key = next((k for k in _IDLE if k[0] == os.getpid()), None)
+        db = _IDLE.pop(key) if key is not None else None
+    if db is not None:
+        db.execute("RESET preserve_insertion_order")
+    return db
 
 
 def connect(settings: Settings) -> duckdb.DuckDBPyConnection:

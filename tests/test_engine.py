@@ -87,3 +87,22 @@ def test_results_do_not_depend_on_the_audits_before(tmp_path: Path) -> None:
     drop = {"run_id", "started_at", "finished_at"}
     assert [{k: v for k, v in r.items() if k not in drop} for r in again] == [
         {k: v for k, v in r.items() if k not in drop} for r in fresh]
+
+
+def test_the_shared_database_is_an_idle_audit_database(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A command's catalog build and console run on the database its audit used (one database opened, not
+    two), with row order kept again; the database leaves the pool, so no later audit shares it."""
+    settings = _settings(tmp_path)
+    monkeypatch.setattr(engine, "_INSTANCE", None)
+    monkeypatch.setattr(engine, "_IDLE", {})   # no database of an earlier test to adopt instead
+    with engine.audit_database(settings) as con:
+        limit = _setting(con, "memory_limit")
+    key = next(k for k in engine._IDLE if k[2] == str(settings.temp_dir))
+    adopted = engine._IDLE[key]
+    shared = engine.shared_connection()
+    assert engine._INSTANCE is adopted and key not in engine._IDLE
+    assert _setting(shared, "memory_limit") == limit and _setting(shared, "preserve_insertion_order") is True
+    with engine.audit_database(settings) as con:   # a new database for the next audit
+        con.execute("SET perfect_ht_threshold = 17")
+        assert _setting(shared, "perfect_ht_threshold") == 12
+    shared.close()
