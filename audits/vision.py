@@ -32,7 +32,8 @@ Tables (docs/package.md; extra columns named here):
   ``robust_accuracy``, ``certified_fraction``, ``false_decisions`` (benchmark-only errors),
   ``rank_by_benchmark`` / ``rank_by_robustness`` / ``rank_by_certification`` (1 = best, ties
   share a rank) and the three ``chosen_by_*`` flags (as in :mod:`dcaudit.audits.choice`) (ties broken by model order: the protocol's
-  order, or alphabetical for a user's table);
+  order, or alphabetical for a user's table); a model whose every candidate is excluded is ranked and chosen
+  by none (NULL ranks, false flags), and a split with no audited model counts in no winner metric;
 * metrics — per suite: the spread across split × model rows (the statistics of
   :data:`dcaudit.audits.groups.SPREAD`, all suites in one grouped query),
   the median clean and robust accuracy, and how often the clean-accuracy winner differs from the
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.audits.fibers import status_sql, summary_columns_sql
 from dcaudit.audits.groups import SPREAD
 from dcaudit.claims import sql_literal
@@ -215,21 +218,29 @@ def audit_predictions(con: duckdb.DuckDBPyConnection, predictions: str, *, sourc
                   ON s.reason IS NULL AND f.suite = s.suite AND f.split = s.split AND f.model = s.model
                  AND f.predicted = s.predicted AND f.clean_correct = s.clean_correct
                  AND f.confidence_decile = s.confidence_decile""").to_arrow_table()
+        # a model whose every candidate is excluded has no audited evidence: ranked apart (its ranks NULL) and
+        # never chosen, also not on its clean accuracy, which counts the excluded candidates
         choice = con.sql(f"""WITH r AS (
-                SELECT s.*, o.model_rank FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
+                SELECT s.*, o.model_rank, s.n_candidates > 0 AS audited
+                FROM {t['sum']} s JOIN {t['order']}_arrow o USING (model)
                 WHERE s.split IS NOT NULL),
             w AS (SELECT *, n_true / nullif(n_candidates, 0) AS robust_accuracy,
                          (certified_true + certified_false) / nullif(n_candidates, 0) AS certified_fraction,
-                         rank() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC) AS rank_by_benchmark,
-                         rank() OVER (PARTITION BY suite, split ORDER BY n_true / nullif(n_candidates, 0) DESC) AS rank_by_robustness,
-                         rank() OVER (PARTITION BY suite, split
-                                      ORDER BY (certified_true + certified_false) / nullif(n_candidates, 0) DESC)
+                         CASE WHEN audited THEN rank() OVER (PARTITION BY suite, split, audited
+                                                             ORDER BY clean_accuracy DESC) END AS rank_by_benchmark,
+                         CASE WHEN audited THEN rank() OVER (PARTITION BY suite, split, audited
+                                                             ORDER BY n_true / nullif(n_candidates, 0) DESC) END
+                             AS rank_by_robustness,
+                         CASE WHEN audited THEN rank() OVER (PARTITION BY suite, split, audited
+                             ORDER BY (certified_true + certified_false) / nullif(n_candidates, 0) DESC) END
                              AS rank_by_certification,
-                         row_number() OVER (PARTITION BY suite, split ORDER BY clean_accuracy DESC, model_rank) = 1
+                         audited AND row_number() OVER (PARTITION BY suite, split, audited
+                                                        ORDER BY clean_accuracy DESC, model_rank) = 1
                              AS chosen_by_benchmark,
-                         row_number() OVER (PARTITION BY suite, split ORDER BY n_true / nullif(n_candidates, 0) DESC, model_rank) = 1
+                         audited AND row_number() OVER (PARTITION BY suite, split, audited
+                                                        ORDER BY n_true / nullif(n_candidates, 0) DESC, model_rank) = 1
                              AS chosen_by_robustness,
-                         row_number() OVER (PARTITION BY suite, split
+                         audited AND row_number() OVER (PARTITION BY suite, split, audited
                              ORDER BY (certified_true + certified_false) / nullif(n_candidates, 0) DESC, model_rank) = 1
                              AS chosen_by_certification
                   FROM r)
@@ -287,7 +298,7 @@ def _metrics(con: duckdb.DuckDBPyConnection, source: str, suites: Sequence[Suite
                     bool_or(rank_by_benchmark = 1 AND rank_by_robustness = 1) AS tie_robust,
                     bool_or(chosen_by_benchmark AND chosen_by_certification) AS both_cert,
                     bool_or(rank_by_benchmark = 1 AND rank_by_certification = 1) AS tie_cert
-                  FROM _vis_choice GROUP BY audit_id, split)
+                  FROM _vis_choice WHERE n_candidates > 0 GROUP BY audit_id, split)  -- a split without winners: none
             GROUP BY audit_id ORDER BY audit_id""").fetchall()
     finally:
         con.unregister("_vis_per_split")
@@ -334,15 +345,23 @@ def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: i
             continue
         grid = np.full((len(splits), len(models)), np.nan)
         grid[np.searchsorted(splits, split[sel]), np.searchsorted(models, model[sel])] = amb[sel]
-        draws = rng.integers(0, len(splits), size=(bootstrap, len(splits)))
+        draws = rng.integers(0, len(splits), size=(bootstrap, len(splits)))  # drawn always: later suites' stay
+        if np.isnan(grid).all():  # no split × model with an audited candidate: no median (as without bootstrap)
+            continue
         # the medians a block of draws at a time: the resampled grids of every draw at once would need
         # bootstrap × splits × models doubles (10,000 × 1,000 × 8: 640 MB); the draws, hence the numbers, are the same
         step = max(1, _BOOTSTRAP_BLOCK // grid.size)
-        meds = np.concatenate([np.nanmedian(grid[draws[b:b + step]].reshape(len(draws[b:b + step]), -1), axis=1)
-                               for b in range(0, bootstrap, step)])
-        lo, hi = np.percentile(meds, [2.5, 97.5])
+        with warnings.catch_warnings():  # a draw of splits without audited candidates has no median: left out
+            warnings.simplefilter("ignore", RuntimeWarning)
+            meds = np.concatenate([np.nanmedian(grid[draws[b:b + step]].reshape(len(draws[b:b + step]), -1), axis=1)
+                                   for b in range(0, bootstrap, step)])
+        meds = meds[~np.isnan(meds)]
+        lo: float | None = None
+        hi: float | None = None
+        if meds.size:
+            lo, hi = (float(q) for q in np.percentile(meds, [2.5, 97.5]))
         rows.append(_metric_row(source, str(audit_id), "median_ambiguous_fraction_bootstrap",
-                                float(np.nanmedian(grid)), float(lo), float(hi), min_support))
+                                float(np.nanmedian(grid)), lo, hi, min_support))
     return rows
 
 
@@ -350,7 +369,7 @@ def _bootstrap_rows(source: str, per_split: pa.Table, *, bootstrap: int, seed: i
 
 SOURCE_NAMES = {"digits": "vision-digits", "mnist-c": "vision-mnist-c"}
 _SECTION_KEYS = {"suites", "confidence_bins", "min_support", "clean", "conditions", "candidates", "bootstrap",
-                 "model_order"}
+                 "model_order", "confidence"}
 _NAME_KEYS = ("suites", "conditions", "model_order")  # lists of names (or one comma-separated string)
 # each bin is one quantile in the evidence SQL: beyond this the query text alone grows without bound, and
 # qcut drops bins that hold no distinct confidence anyway
@@ -372,6 +391,7 @@ class VisionConfig:
     candidates: bool = True
     bootstrap: int = 1000   # 0: no bootstrap interval
     model_order: tuple[str, ...] | None = None
+    confidence: str = defaults.CONFIDENCE   # "score" (any finite number) or "probability" (also in [0, 1])
 
     def __post_init__(self) -> None:
         where = "[vision]"
@@ -385,6 +405,10 @@ class VisionConfig:
         if not 0 <= self.bootstrap <= MAX_BOOTSTRAP:
             raise SpecError(f"{where}: bootstrap must be from 0 (no interval) to {MAX_BOOTSTRAP}, got {self.bootstrap}")
         check_not_blank(self.clean, f"{where} clean")
+        if self.confidence not in defaults.CONFIDENCE_KINDS:
+            raise SpecError(f"{where} confidence = {self.confidence!r}: use "
+                            f"{' or '.join(map(repr, defaults.CONFIDENCE_KINDS))} "
+                            "(a probability is checked to be in [0, 1])")
         if self.conditions is not None and self.clean in self.conditions:
             raise SpecError(f"{where}: conditions declares the corruptions; {self.clean!r} is the clean condition "
                             "(clean = ...), leave it out of them")

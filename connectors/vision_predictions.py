@@ -2,28 +2,28 @@
 
 Every vision dataset ends as one **predictions table**, one row per (split, model, image, condition):
 
-Every dataset here ends as one **predictions table**, one row per (split, model, image, condition):
-
 =============  ========  ==========================================================================
 column         type      meaning
 =============  ========  ==========================================================================
-split          int       evaluation split (0 when there is only one)
+split          int       evaluation split, >= 0 (0 when there is only one)
 model          string    classifier name
 image_id       string    the image (stable across splits and models)
 condition      string    ``clean`` or a corruption name (MNIST-C: ``<corruption>@<severity>``)
 predicted      string    predicted class
-confidence     double    max predict_proba, or the top-2 decision margin where there is none
+confidence     double    max predict_proba, or the top-2 decision margin where there is none (a score)
 label          string    true class
 corruption     string    corruption name (NULL for clean)
-severity       int       1–5 (NULL for clean and for corruptions without severities)
+severity       int       >= 0, 1–5 here (NULL for clean and for corruptions without severities)
 =============  ========  ==========================================================================
 
 A user's predictions (CSV, CSV.gz or Parquet) with these columns (``split``, ``corruption``,
 ``severity`` optional) go through :func:`read_predictions`; :func:`validate_predictions` checks any
 predictions relation and names the file, row and column of the first problem — missing columns, empty
-keys, no ``clean`` rows, conditions outside a declared list, duplicate (split, model, image_id,
-condition) rows. A spec with ``[source] path = "preds.csv"`` and a ``[vision]`` section audits it
-(``conditions = [...]`` declares the corruption names).
+keys, a split or severity that is not a whole number >= 0, a boolean split, severity or confidence, a
+confidence that is not a probability in [0, 1] (unless declared a score: ``confidence = "score"``), no
+``clean`` rows, conditions outside a declared list, duplicate (split, model, image_id, condition) rows. In a
+Parquet glob a row is named by its own file and its row there. A spec with ``[source] path = "preds.csv"``
+and a ``[vision]`` section audits it (``conditions = [...]`` declares the corruption names).
 
 :func:`image_evidence_sql` derives the per-image evidence of a predictions table (clean class,
 clean correctness, confidence decile); the connector's ``images`` table and the ``[vision]`` stage
@@ -38,6 +38,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from dcaudit import defaults
 from dcaudit.claims import sql_literal, value_kind
 from dcaudit.errors import InputError, SpecError
 
@@ -46,6 +47,7 @@ REQUIRED_COLUMNS = ("model", "image_id", "condition", "predicted", "label", "con
 OPTIONAL_COLUMNS = ("split", "corruption", "severity")
 # read from a CSV as written: image ids 01 and 1 are two images (as numbers both were 1)
 KEY_TEXT_COLUMNS = ("model", "image_id", "condition")
+
 
 PREDICTION_SCHEMA = pa.schema([
     ("split", pa.int32()), ("model", pa.string()), ("image_id", pa.string()), ("condition", pa.string()),
@@ -78,13 +80,44 @@ def _as_text(col: str, duckdb_type: str) -> str:
     return f"CAST({col} AS VARCHAR)"
 
 
+_FILE, _ROW = "__dcaudit_file", "__dcaudit_row"   # the located relation's columns (see _located)
+
+
+def _located(con: duckdb.DuckDBPyConnection, view: str, *, file: str, row_column: str | None,
+             glob: str | None) -> str:
+    """``view`` with each row's file and 1-based row (NULL where unknown), for naming a bad row.
+
+    A Parquet glob's view does not number its rows: the glob is read again with each row's own file and row
+    in it (only on the way to an error). Where DuckDB cannot add them (a file holds a column file_row_number)
+    the rows stay unnamed, as before."""
+    if row_column:
+        return f"(SELECT *, {sql_literal(file)} AS {_FILE}, {row_column} AS {_ROW} FROM {view})"
+    if glob:
+        read = (f"(SELECT * EXCLUDE (file_row_number), file_row_number + 1 AS {_ROW} FROM read_parquet("
+                f"{sql_literal(glob)}, union_by_name = true, filename = '{_FILE}', file_row_number = true))")
+        try:
+            con.execute(f"DESCRIBE {read}")
+            return read
+        except duckdb.Error:
+            pass
+    return f"(SELECT *, {sql_literal(file)} AS {_FILE}, NULL::BIGINT AS {_ROW} FROM {view})"
+
+
+def _at(file: str, row: int, named: str) -> str:
+    """Where a row is, for a message whose error names ``named`` as its file."""
+    return f"row {row}" + ("" if file == named else f" of {file}")
+
+
 def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str,
                          conditions: Sequence[str] | None = None, clean: str = CLEAN,
-                         row_column: str | None = None, every_condition: bool = False) -> str:
+                         row_column: str | None = None, every_condition: bool = False,
+                         confidence: str = defaults.CONFIDENCE, glob: str | None = None) -> str:
     """Check a predictions relation; return the name of a normalised view over it.
 
-    Errors name the file, the 1-based data row (when ``row_column`` holds it) and the column.
+    Errors name the file, the 1-based data row (when ``row_column`` holds it, or, for ``glob``, the Parquet
+    glob the view reads, the row's own file and its row there) and the column.
     ``every_condition``: each of ``conditions`` must occur (a user's table; a connector's may hold a subset).
+    ``confidence``: one of :data:`defaults.CONFIDENCE_KINDS` (``defaults.CONFIDENCE``: "score", any finite number).
     The normalised view has the columns of ``PREDICTION_SCHEMA`` (``split`` 0 when absent;
     predicted/label/image_id as text so that '7' and 7, and 7.0 and 7, compare equal).
     """
@@ -95,8 +128,17 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
         raise InputError(f"missing column(s) {', '.join(missing)}; a predictions table needs "
                          f"{', '.join(REQUIRED_COLUMNS)} (optional: {', '.join(OPTIONAL_COLUMNS)}); "
                          f"found {', '.join(columns)}", file=file, column=missing[0])
+    if confidence not in defaults.CONFIDENCE_KINDS:
+        raise SpecError(f"confidence = {confidence!r}: use one of {', '.join(defaults.CONFIDENCE_KINDS)}")
     has_split = "split" in columns
     checked = (*REQUIRED_COLUMNS, *(("split",) if has_split else ()))
+    # a boolean casts to 1 and 0 (split true is split 1, confidence true 1.0): no number was meant
+    for col in ("split", "severity", "confidence"):
+        if value_kind(types.get(col, "")) == "bool":
+            raise InputError(f"{col} must be a number, the column holds true/false", file=file, column=col)
+
+    def located() -> str:  # built on the way to an error only: a glob's is read again
+        return _located(con, view, file=file, row_column=row_column, glob=glob)
     # one scan for every value check: the first bad row per check (or a count when rows are unnumbered)
     first = (lambda cond: f"min({row_column}) FILTER (WHERE {cond})") if row_column else (
         lambda cond: f"CASE WHEN count_if({cond}) > 0 THEN -1 END")
@@ -105,23 +147,29 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
               for col in checked]
     checks.append(("confidence must be a finite number", "confidence",
                    "coalesce(NOT isfinite(TRY_CAST(confidence AS DOUBLE)), TRUE)"))
+    if confidence == "probability":
+        checks.append(("confidence must be a probability from 0 to 1", "confidence",
+                       "TRY_CAST(confidence AS DOUBLE) NOT BETWEEN 0 AND 1"))
     for col in ("predicted", "label"):   # a class held as a float: NaN or ±inf is no class (it read as 'nan')
         if value_kind(types[col]) == "float":
             checks.append((f"{col} must be a class, not NaN or infinite", col, f"NOT isfinite({col})"))
     if has_split:
         checks.append(("split must be an integer", "split", _not_integer("split", types["split"])))
+        checks.append(("split must not be negative", "split", "TRY_CAST(split AS DOUBLE) < 0"))
     if "severity" in columns:
         checks.append(("severity must be an integer", "severity",
                        f"severity IS NOT NULL AND {_not_integer('severity', types['severity'])}"))
+        checks.append(("severity must not be negative", "severity", "TRY_CAST(severity AS DOUBLE) < 0"))
     found_rows = con.execute(f"SELECT {', '.join(first(c) for _, _, c in checks)} FROM {view}").fetchall()[0]
     for (message, col, cond), bad_row in zip(checks, found_rows, strict=True):
         if bad_row is None:
             continue
-        row = bad_row if row_column else None
-        value = con.execute(f"SELECT CAST({col} AS VARCHAR) FROM {view} WHERE {cond} "
-                            + (f"AND {row_column} = {bad_row}" if row_column else "") + " LIMIT 1").fetchall()[0][0]
+        at_file, row, value = con.execute(f"SELECT {_FILE}, {_ROW}, CAST({col} AS VARCHAR) FROM {located()} "
+                                          f"WHERE {cond} ORDER BY 1, 2 LIMIT 1").fetchall()[0]
         shown = "" if message == "empty value" else f", found {value!r}"
-        raise InputError(message + shown, file=file, row=row, column=col)
+        if message == "confidence must be a probability from 0 to 1":
+            shown += '; a score (a margin, a logit) needs [vision] confidence = "score"'
+        raise InputError(message + shown, file=at_file, row=row, column=col)
     found = [r[0] for r in con.execute(
         f"SELECT DISTINCT CAST(condition AS VARCHAR) FROM {view} ORDER BY 1").fetchall()]
     if clean not in found:
@@ -134,13 +182,11 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
         allowed = list(dict.fromkeys([clean, *conditions]))
         unknown = [c for c in found if c not in allowed]
         if unknown:
-            bad_row, cond = None, unknown[0]
-            if row_column:
-                bad_row, cond = con.execute(
-                    f"SELECT {row_column}, CAST(condition AS VARCHAR) FROM {view} "
-                    f"WHERE list_contains({_sql_list(unknown)}, CAST(condition AS VARCHAR)) ORDER BY 1 LIMIT 1"
-                ).fetchall()[0]
-            raise InputError(f"unknown condition {cond!r}; declared: {', '.join(allowed)}", file=file,
+            at_file, bad_row, cond = con.execute(
+                f"SELECT {_FILE}, {_ROW}, CAST(condition AS VARCHAR) FROM {located()} "
+                f"WHERE list_contains({_sql_list(unknown)}, CAST(condition AS VARCHAR)) ORDER BY 1, 2 LIMIT 1"
+            ).fetchall()[0]
+            raise InputError(f"unknown condition {cond!r}; declared: {', '.join(allowed)}", file=at_file,
                              row=bad_row, column="condition")
         absent = [c for c in allowed if c not in found]
         if every_condition and absent:
@@ -152,27 +198,27 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
                                 f"{sql_literal(clean)} GROUP BY 1 HAVING count(DISTINCT severity) > 1 "
                                 "OR (count(severity) > 0 AND count(severity) < count(*))")
         if mixed is not None:
-            bad_row = None
-            if row_column:
-                bad_row = con.execute(
-                    f"SELECT {row_column} FROM {view} WHERE CAST(condition AS VARCHAR) = ? QUALIFY severity IS "
-                    f"DISTINCT FROM first_value(severity) OVER (ORDER BY {row_column}) ORDER BY 1 LIMIT 1",
-                    [mixed[0]]).fetchall()[0][0]
+            at_file, bad_row = con.execute(
+                f"SELECT {_FILE}, {_ROW} FROM {located()} WHERE CAST(condition AS VARCHAR) = ? QUALIFY severity IS "
+                f"DISTINCT FROM first_value(severity) OVER (ORDER BY {_FILE}, {_ROW}) ORDER BY 1, 2 LIMIT 1",
+                [mixed[0]]).fetchall()[0]
             raise InputError(f"condition {mixed[0]!r} has more than one severity ({mixed[1]}): a condition is one "
-                             "corruption at one severity", file=file, row=bad_row, column="severity")
+                             "corruption at one severity", file=at_file, row=bad_row, column="severity")
     split = ("split" if types.get("split") == "INTEGER" else "CAST(split AS INTEGER)") if has_split else "0"
     keys = ", ".join([split] + [c if types[c] == "VARCHAR" else f"CAST({c} AS VARCHAR)"
                                 for c in ("model", "image_id", "condition")])
-    dup = _first_row(con, f"SELECT {keys} FROM {view} GROUP BY ALL HAVING count(*) > 1")
-    if dup is not None:
-        rows = []
-        if row_column:
-            rows = [r[0] for r in con.execute(
-                f"SELECT {row_column} FROM {view} WHERE ({keys}) = (?, ?, ?, ?) ORDER BY 1", list(dup)).fetchall()]
-        earlier = f" (first at row {rows[0]})" if rows else ""
+    if _first_row(con, f"SELECT {keys} FROM {view} GROUP BY ALL HAVING count(*) > 1") is not None:
+        # the duplicate a reader meets first (its second row earliest), with every (file, row) it is at
+        *dup, hits = con.execute(
+            f"SELECT {keys}, list(({_FILE}, {_ROW}) ORDER BY {_FILE}, {_ROW}) AS hits FROM {located()} "
+            "GROUP BY ALL HAVING count(*) > 1 ORDER BY hits[2], hits[1] LIMIT 1").fetchall()[0]
+        (first_file, first_row), (at_file, at_row) = (tuple(h.values()) if isinstance(h, dict) else h
+                                                      for h in hits[:2])
+        count = f"{len(hits)} rows, " if len(hits) > 2 else ""
+        earlier = f" ({count}first at {_at(first_file, first_row, at_file)})" if at_row is not None else ""
         raise InputError(f"duplicate prediction for split {dup[0]}, model {dup[1]!r}, image {dup[2]!r}, "
                          f"condition {dup[3]!r}{earlier}: each (split, model, image_id, condition) must occur once",
-                         file=file, row=rows[1] if rows else None, column="image_id")
+                         file=at_file, row=at_row, column="image_id")
     from dcaudit.claims import quote_identifier
     from dcaudit.inputs import label_of
 
@@ -188,14 +234,17 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
 
 
 def read_predictions(con: duckdb.DuckDBPyConnection, path: Path, *, conditions: Sequence[str] | None = None,
-                     clean: str = CLEAN, view: str = "user_predictions") -> str:
-    """Load and validate a user's predictions file; return the normalised view's name."""
+                     clean: str = CLEAN, view: str = "user_predictions", confidence: str = defaults.CONFIDENCE) -> str:
+    """Load and validate a user's predictions file (or Parquet glob); return the normalised view's name.
+
+    ``confidence``: "score" (the default: any finite number) or "probability" (also in [0, 1])."""
     from dcaudit.inputs import ROW, register_input
 
-    # the input contract: readable, unique columns, __row
+    # the input contract: readable, unique columns, __row (a glob has none: its rows are named per file)
     registered = register_input(con, Path(path), text_columns=KEY_TEXT_COLUMNS)
     return validate_predictions(con, registered.view, file=str(path), conditions=conditions, clean=clean,
-                                row_column=ROW, every_condition=True)
+                                row_column=ROW if registered.has_row else None, every_condition=True,
+                                confidence=confidence, glob=None if registered.has_row else str(path))
 
 
 def image_evidence_sql(predictions: str, clean: str = CLEAN, bins: int = 10) -> str:

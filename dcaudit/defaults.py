@@ -75,3 +75,10 @@ def replay_min_support(*, windowed: bool) -> int:
     """The replay's default support: 5 neighbours for tolerance windows, 50 members for fibers."""
     return MIN_SUPPORT_WINDOWS if windowed else MIN_SUPPORT_FIBERS
 FRAME_SPEC = "dataframe"  # the spec name of an audit of a frame given no name= (files are named after themselves)
+
+# How a vision predictions table's confidence is read: "score" (the default: a margin, a logit, a probability;
+# any finite number) or "probability" (also checked to be in [0, 1]). Only its deciles per split x model enter
+# the audit, so every monotone score audits alike; "probability" names a column of percentages or logits
+# written where probabilities were meant.
+CONFIDENCE_KINDS = ("probability", "score")
+CONFIDENCE = "score"

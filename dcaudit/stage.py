@@ -43,6 +43,7 @@ class StageContext(Protocol):
     tables: dict[str, str]             # connector table name -> DuckDB view name
     audits: dict[str, FiberAudit]      # audit_id (``id[model]`` per group) -> the fiber stage's result
     notes: list[str]                   # lines for the manifest
+    globs: frozenset[str]              # the views read from a Parquet glob (rows named by file and row there)
 
     def view_for(self, table: str | None) -> str:
         """The DuckDB view of the source's ``table`` (the first one when None)."""

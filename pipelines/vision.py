@@ -37,10 +37,12 @@ def vision_stage(ctx: StageContext) -> StageTables:
     ambiguous_all = 0
     for table in prediction_tables(ctx.tables):
         view = ctx.tables[table]
-        if is_file:  # a user's predictions: errors name the row where the input numbers them (a glob does not)
+        if is_file:  # a user's predictions: errors name the row (a glob's: its file and its row there)
+            numbered = ROW in column_types(ctx.con, view)
             norm = vision_predictions.validate_predictions(
                 ctx.con, view, file=str(user_file), conditions=cfg.conditions, clean=cfg.clean,
-                row_column=ROW if ROW in column_types(ctx.con, view) else None, every_condition=True)
+                row_column=ROW if numbered else None, every_condition=True,
+                confidence=cfg.confidence, glob=str(user_file) if view in ctx.globs else None)
             source, order = ctx.source, cfg.model_order
             models = {r[0] for r in ctx.con.execute(f"SELECT DISTINCT model FROM {norm}").fetchall()}
             absent = [m for m in order or () if m not in models]
@@ -49,7 +51,7 @@ def vision_stage(ctx: StageContext) -> StageTables:
                                 f"(models: {', '.join(sorted(models)[:12])})")
         else:
             norm = vision_predictions.validate_predictions(ctx.con, view, file=table, conditions=cfg.conditions,
-                                                           clean=cfg.clean)
+                                                           clean=cfg.clean, confidence=cfg.confidence)
             source = SOURCE_NAMES.get(table, f"vision-{table}")
             order = cfg.model_order or (vision_models.DIGITS_MODELS if table == "digits"
                                         else vision_models.MnistProtocol().models)

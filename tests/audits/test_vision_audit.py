@@ -277,3 +277,31 @@ def test_user_predictions_with_comma_separated_conditions(settings, tmp_path: Pa
     assert {r["audit_id"] for r in summary} >= {"robust[all]", "robust[jpeg]", "robust[blur]"}
     choice = [r for r in result.tables["choice"].to_pylist() if r["audit_id"] == "robust[all]"]
     assert {r["model"] for r in choice} == {"m1", "m2"}
+
+
+def test_a_split_without_audited_candidates_has_no_winner() -> None:
+    """Split 1 holds only images without a clean prediction: its models were chosen anyway (by model order, their
+    fractions NULL), counted as winners that differ, and the suite's bootstrap median was NaN with numpy's
+    'All-NaN slice' warning wherever a draw held that split alone."""
+    import warnings
+
+    rows = [(0, m, img, cond, "1", 0.9, "1" if img == "a" or m == "m2" else "2")
+            for m in ("m1", "m2") for img in "ab" for cond in ("clean", "noise")]
+    rows += [(1, m, img, "noise", "1", 0.5, "1") for m in ("m1", "m2") for img in "ab"]
+    con = duckdb.connect()
+    con.register("raw", _table(rows))
+    view = vp.validate_predictions(con, "raw", file="known")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = va.audit_predictions(con, view, source="known", evidence_sql=vp.image_evidence_sql(view),
+                                   suites=va.build_suites(con, view, ["all"]), bootstrap=200)
+    choice = [(r["split"], r["model"], r["rank_by_benchmark"], r["chosen_by_benchmark"], r["chosen_by_robustness"],
+               r["chosen_by_certification"]) for r in res.choice.to_pylist()]
+    # split 0: m2 wins clean accuracy and robustness; both certify everything, the tie goes to m1 (model order)
+    assert choice == [(0, "m1", 2, False, False, True), (0, "m2", 1, True, True, False),
+                      (1, "m1", None, False, False, False), (1, "m2", None, False, False, False)]
+    metrics = {r["metric"]: r for r in res.metrics.to_pylist()}
+    differs = metrics["clean_winner_differs_from_robust_winner"]
+    assert (differs["value"], differs["ci_high"]) == (0.0, va.wilson(0, 1)[1])   # split 0 alone
+    boot = metrics["median_ambiguous_fraction_bootstrap"]
+    assert boot["value"] == 0.0 and (boot["ci_low"], boot["ci_high"]) == (0.0, 0.0)
