@@ -11,6 +11,9 @@ What the contract guarantees (docs/inputs.md says it for users):
   checks can name the first offending row, and a table without an id column has one;
 * numeric rules (quantile/width bins, windows, tolerances) get numeric columns: otherwise the error names
   the column, the first offending row and its value, and says so when it looks like a decimal comma;
+* a duration is an INTERVAL from a Parquet file or glob as from a frame (DuckDB reads Parquet's as bare counts),
+  and values DuckDB cannot hold — a glob's dates beyond the finer unit a merge reads them as, say — are refused
+  by name when an audit reads them;
 * candidate ids are neither NULL nor repeated (:func:`check_ids`), unless the user asks to keep duplicates;
   then they are reported as findings, with disagreeing duplicates marked as such.
 
@@ -21,6 +24,7 @@ so that any message DuckDB produces about it names the user's data, not an inter
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import hashlib
 import io
@@ -191,17 +195,19 @@ def _duckdb_readable(table: pa.Table, label: str) -> tuple[pa.Table, dict[str, t
     """``table`` with every column DuckDB reads as the same values, and the columns it cannot (column ->
     (why, the DuckDB type its view declares)).
 
-    Widened, exactly: half floats to float (DuckDB scans none, top-level or nested) and 256-bit decimals of at
-    most 38 digits to 128-bit ones (DuckDB scans no 256-bit decimal). Refused, only when an audit reads them
+    Widened, exactly: half floats to float (DuckDB scans none, top-level or nested), 256-bit decimals of at
+    most 38 digits to 128-bit ones (DuckDB scans no 256-bit decimal), second and millisecond durations to
+    microsecond ones (:func:`_scannable`). Refused, only when an audit reads them
     (:func:`refusing_view`): decimals of more than 38 digits, which DuckDB cannot hold; dense unions, which
     it cannot scan; month-day-nanosecond intervals, which it compares as if a month were 30 days; durations
     finer than a microsecond anywhere in a column (in a list or a struct too), which its INTERVAL rounds
-    (1 ns and 500 ns would be one value). A refused column is kept out of DuckDB's sight altogether, so an
-    input whose unused columns hold such types still audits."""
+    (1 ns and 500 ns would be one value), or beyond its range (2^63 microseconds), which it cannot read;
+    second and millisecond timestamps beyond its TIMESTAMP (a fatal DuckDB error). A refused column is kept
+    out of DuckDB's sight altogether, so an input whose unused columns hold such types still audits."""
     refused: dict[str, tuple[str, str]] = {}
     for i, f in enumerate(table.schema):
-        why = _refusal(f.type)
-        target = _scannable(f.type) if why is None else f.type
+        why = _refusal(f.type) or _duration_problem(table.column(i))
+        target = _scannable(f.type, durations=True) if why is None else f.type
         if why is None and target != f.type:
             try:
                 table = table.set_column(i, pa.field(f.name, target), table.column(i).cast(target))
@@ -209,10 +215,6 @@ def _duckdb_readable(table: pa.Table, label: str) -> tuple[pa.Table, dict[str, t
                 why = (f"its type {f.type} holds half floats or 256-bit decimals, which DuckDB cannot read, "
                        f"and Arrow cannot widen it ({one_line(exc, 120)}); cast the column to numbers or text",
                        "VARCHAR")
-        if why is None and _sub_microsecond(table.column(i)):
-            why = ("durations finer than a microsecond, which DuckDB's INTERVAL would round (1 ns and 500 ns "
-                   "would be one value); give them as numbers, e.g. nanoseconds (.dt.total_nanoseconds() in "
-                   "polars, .dt.value in pandas)", "INTERVAL")
         if why is not None:
             refused[f.name] = why
             table = table.set_column(i, pa.field(f.name, pa.null()), pa.nulls(table.num_rows))
@@ -254,16 +256,20 @@ def _refusal(t: pa.DataType) -> tuple[str, str] | None:
     return None
 
 
-def _scannable(t: pa.DataType) -> pa.DataType:
+def _scannable(t: pa.DataType, *, durations: bool = False) -> pa.DataType:
     """``t`` with half floats as floats and 256-bit decimals of at most 38 digits as 128-bit ones, wherever
-    they are nested (both widenings are exact)."""
+    they are nested (both widenings are exact); with ``durations``, second and millisecond durations as
+    microsecond ones (exact once :func:`_duration_problem` found them within range): DuckDB's scan multiplies
+    the slots of missing values too, and pandas leaves NaT's -2^63 there ("Could not convert Interval")."""
     if pa.types.is_float16(t):
         return pa.float32()
     if pa.types.is_decimal256(t):
         return pa.decimal128(t.precision, t.scale)
+    if durations and pa.types.is_duration(t) and t.unit in ("s", "ms"):
+        return pa.duration("us")
 
     def field(f: pa.Field) -> pa.Field:
-        return f.with_type(_scannable(f.type))
+        return f.with_type(_scannable(f.type, durations=durations))
 
     if pa.types.is_struct(t):
         return pa.struct([field(t.field(j)) for j in range(t.num_fields)])
@@ -276,50 +282,101 @@ def _scannable(t: pa.DataType) -> pa.DataType:
         if is_list(t):
             return make(field(t.value_field))
     if pa.types.is_dictionary(t):
-        return pa.dictionary(t.index_type, _scannable(t.value_type), t.ordered)
+        return pa.dictionary(t.index_type, _scannable(t.value_type, durations=durations), t.ordered)
     return t   # run-end encoded and extension types: left as they are (Arrow cannot cast them)
 
 
-def _sub_microsecond(column: pa.ChunkedArray) -> bool:
-    """Whether a nanosecond duration anywhere in ``column`` (top level, or inside lists, structs, maps,
-    dictionaries) is not a whole number of microseconds."""
+_INT64_MAX = 2**63 - 1
+_MICROS_PER = {"s": 1_000_000, "ms": 1000, "us": 1}   # microseconds in one tick of a duration or timestamp unit
+_SUB_MICROSECOND = ("durations finer than a microsecond, which DuckDB's INTERVAL would round (1 ns and 500 ns would "
+                    "be one value); give them as numbers, e.g. nanoseconds (.dt.total_nanoseconds() in polars, "
+                    ".dt.value in pandas)", "INTERVAL")
+_BEYOND_INTERVAL = ("durations longer than DuckDB's INTERVAL holds (2^63 microseconds, about 292,000 years), which it "
+                    "cannot read; give them as numbers, e.g. seconds (.dt.total_seconds())", "INTERVAL")
+_BEYOND_TIMESTAMP = ("times beyond what DuckDB's TIMESTAMP holds (290309 BC to 294247 AD: microseconds in 64 bits), "
+                     "which it cannot read or compare as times; give them as numbers (e.g. milliseconds since 1970) "
+                     "or text", "TIMESTAMP")
+
+
+def _duration_problem(column: pa.ChunkedArray) -> tuple[str, str] | None:
+    """Why DuckDB cannot read the durations or timestamps anywhere in ``column`` (top level, or inside lists,
+    structs, maps, dictionaries) as the values they are, or None: a nanosecond duration that is no whole
+    number of microseconds (its INTERVAL would round it); a second or millisecond duration or timestamp beyond
+    2^63 microseconds (DuckDB's conversion fails, for a timestamp with a fatal error that ends the database).
+    The same rules as for Parquet files (:func:`_intervals_view`, :func:`_overflowing_times`)."""
     import numpy as np
 
     from dcaudit import arrays
 
-    if not any(pa.types.is_duration(t) and t.unit == "ns" for t in _walk(column.type)):
-        return False
+    def coarse(t: pa.DataType) -> bool:
+        return pa.types.is_duration(t) or (pa.types.is_timestamp(t) and t.unit in ("s", "ms"))
+
+    if not any(coarse(t) for t in _walk(column.type)):
+        return None
     for chunk in column.chunks:
-        for leaf in _duration_leaves(chunk):
+        for leaf in _leaves(chunk, coarse):
             ticks = pa.chunked_array([leaf.cast(pa.int64())], pa.int64())
             values = arrays.values(ticks, np.int64)[arrays.valid(ticks)]
-            if len(values) and bool((values % 1000 != 0).any()):
-                return True
-    return False
+            if not len(values):
+                continue
+            unit = leaf.type.unit
+            if unit == "ns" and bool((values % 1000 != 0).any()):
+                return _SUB_MICROSECOND
+            if unit in ("s", "ms") and bool((np.abs(values) > _INT64_MAX // _MICROS_PER[unit]).any()):
+                return _BEYOND_INTERVAL if pa.types.is_duration(leaf.type) else _BEYOND_TIMESTAMP
+    return None
 
 
-def _duration_leaves(arr: pa.Array) -> Iterator[pa.Array]:
+def _leaves(arr: pa.Array, keep: Callable[[pa.DataType], bool]) -> Iterator[pa.Array]:
+    """The arrays of a type ``keep`` takes anywhere in ``arr`` (top level, or nested)."""
     t = arr.type
-    if pa.types.is_duration(t):
-        if t.unit == "ns":
-            yield arr
+    if keep(t):
+        yield arr
     elif pa.types.is_dictionary(t):
-        yield from _duration_leaves(arr.dictionary)
+        yield from _leaves(arr.dictionary, keep)
     elif pa.types.is_struct(t):
         for child in arr.flatten():
-            yield from _duration_leaves(child)
+            yield from _leaves(child, keep)
     elif pa.types.is_map(t):
-        yield from _duration_leaves(arr.keys)
-        yield from _duration_leaves(arr.items)
+        yield from _leaves(arr.keys, keep)
+        yield from _leaves(arr.items, keep)
     elif pa.types.is_union(t):
         for j in range(t.num_fields):
-            yield from _duration_leaves(arr.field(j))
+            yield from _leaves(arr.field(j), keep)
     elif isinstance(t, pa.ExtensionType):
-        yield from _duration_leaves(arr.storage)
+        yield from _leaves(arr.storage, keep)
     elif pa.types.is_run_end_encoded(t):
-        yield from _duration_leaves(arr.values)
+        yield from _leaves(arr.values, keep)
     elif hasattr(arr, "flatten"):   # lists of every layout
-        yield from _duration_leaves(arr.flatten())
+        yield from _leaves(arr.flatten(), keep)
+
+
+def _intervals_view(select: str, units: Mapping[str, str], label: str) -> str:
+    """``select`` (of Parquet files) with each top-level duration column (column -> its unit) as the INTERVAL a
+    frame's duration is in DuckDB: DuckDB reads a Parquet duration as a bare count of its unit (1 s as the number
+    1, where the same frame gives 00:00:01). Exactly as the Arrow scan converts it; a value it could not hold
+    (:func:`_duration_problem`'s reasons) raises, through ``error()``, when a query reads it."""
+    if not units:
+        return select
+
+    def refusal(why: tuple[str, str], column: str) -> str:
+        text = _REFUSED + str(InputError(why[0], file=label, column=column)) + _REFUSED_END
+        return f"CAST(error({quote_string(text)}) AS INTERVAL)"
+
+    parts = []
+    for column, unit in units.items():
+        q = quote_identifier(column)
+        if unit == "ns":
+            converted = f"CASE WHEN {q} % 1000 <> 0 THEN {refusal(_SUB_MICROSECOND, column)} " \
+                        f"ELSE to_microseconds({q} // 1000) END"
+        elif unit == "us":
+            converted = f"to_microseconds({q})"
+        else:
+            most = _INT64_MAX // _MICROS_PER[unit]
+            converted = f"CASE WHEN {q} NOT BETWEEN -{most} AND {most} THEN {refusal(_BEYOND_INTERVAL, column)} " \
+                        f"ELSE to_microseconds({q} * {_MICROS_PER[unit]}) END"
+        parts.append(f"{converted} AS {q}")
+    return f"SELECT * REPLACE ({', '.join(parts)}) FROM ({select})"
 
 
 # mark DuckDB's error() text as an InputError of ours: where a stage words DuckDB's error in its own
@@ -333,11 +390,17 @@ def refusing_view(select: str, refused: Mapping[str, tuple[str, str]], label: st
     and a used one stops the audit with the reason (:func:`refused_column_error`)."""
     if not refused:
         return select
-    parts = ", ".join(
+    return f"SELECT * REPLACE ({_refusals(refused, label)}) FROM ({select})"
+
+
+def _refusals(refused: Mapping[str, tuple[str, str]], label: str) -> str:
+    """The ``REPLACE`` list of :func:`refusing_view`. Put right on a ``read_parquet`` (not on a query of it), it
+    keeps DuckDB from binding the column at all: it converts a column's statistics when a query above the scan
+    binds it, and a millisecond timestamp beyond its TIMESTAMP then stops every query, even of other columns."""
+    return ", ".join(
         f"CAST(error({quote_string(_REFUSED + str(InputError(why, file=label, column=column)) + _REFUSED_END)})"
         f" AS {duck}) "
         f"AS {quote_identifier(column)}" for column, (why, duck) in refused.items())
-    return f"SELECT * REPLACE ({parts}) FROM ({select})"
 
 
 def refused_column_error(exc: BaseException) -> InputError | None:
@@ -528,13 +591,20 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
                 if first != column:
                     raise InputError(f"column {column!r} of {f} and {first!r} of {where} differ only in case: DuckDB "
                                      "would read them as one column; give them one spelling", file=text)
-        select = f"SELECT * FROM read_parquet({quote_string(text)}, union_by_name = true)"
+        scan = f"read_parquet({quote_string(text)}, union_by_name = true)"
+        select = f"SELECT * FROM {scan}"
         union = _union_types(con, select, schemas, text)
-        # the first file's own reason for a column stands, then a merge of types that is unsafe, then rounding
+        # the first file's own reason for a column stands, then a merge of types that is unsafe, then rounding,
+        # then times a merge (or DuckDB's reading of milliseconds) takes beyond the finer unit's range
         refused = {**_rounding_union(union, schemas), **_clashing_union(union, schemas), **refused}
+        late = _overflowing_times(union, schemas, set(refused), glob=True)
+        units, nested = _glob_durations(union, schemas, {*refused, *late})
+        refused = _declared(con, select, {**nested, **late, **refused}, text)
         _note_absent(con, name, schemas)
         view = view_name(name)
-        _create_view(con, view, refusing_view(select, refused, name), name)
+        if refused:   # on the scan itself (_refusals)
+            select = f"SELECT * REPLACE ({_refusals(refused, name)}) FROM {scan}"
+        _create_view(con, view, _intervals_view(select, units, name), name)
         return _described(con, view, name, has_row=False)
     path = check_file(path)
     lower = path.name.lower()
@@ -543,18 +613,25 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         schema = _parquet_schema(path)
         names = schema.names
         check_unique_columns(names, text)
-        if "file_row_number" in (n.lower() for n in names) or any(ch in text for ch in "*?["):
+        if ("file_row_number" in (n.lower() for n in names) or any(ch in text for ch in "*?[")
+                or _nested_durations(schema)):
             # DuckDB numbers the rows in a column of that name and refuses a file that has one, and reads a
             # path with * ? [ as a glob, in a folder's name too (run[1].parquet would read run1.parquet, and
-            # run[1]/a.parquet run1/a.parquet): read the file through Arrow
+            # run[1]/a.parquet run1/a.parquet); durations inside a list, struct or map it reads as bare counts
+            # of their unit (the view converts only top-level ones): read the file through Arrow
             # instead (the rare case; a copy in memory) and number the rows as for a CSV
             import pyarrow.parquet as pq
 
             table = pq.read_table(path)
             return register_input(con, table, label=name)
-        _create_view(con, view, refusing_view(f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number) "
-                                              f"FROM read_parquet({quote_string(str(path))}, file_row_number = true)",
-                                              _refused_columns(schema), text), text)
+        scan = f"read_parquet({quote_string(str(path))}, file_row_number = true)"
+        refused = _refused_columns(schema)
+        refused = _declared(con, f"SELECT * FROM {scan}",
+                            {**_overflowing_times({}, [(path, schema)], set(refused), glob=False), **refused}, text)
+        units = {f.name: f.type.unit for f in schema if pa.types.is_duration(f.type) and f.name not in refused}
+        replace = f" REPLACE ({_refusals(refused, text)})" if refused else ""
+        select = f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number){replace} FROM {scan}"
+        _create_view(con, view, _intervals_view(select, units, text), text)
     elif lower.endswith(CSV_SUFFIXES):
         table = read_csv(path, text_columns)  # its header passed check_unique_columns
         table = table.append_column(ROW, _row_numbers(table.num_rows))
@@ -577,13 +654,28 @@ def _union_types(con: duckdb.DuckDBPyConnection, select: str, schemas: list[tupl
                 differ.add(f.name)
     if not differ:
         return {}
+    return _duck_types(con, select, differ, label)
+
+
+def _duck_types(con: duckdb.DuckDBPyConnection, select: str, names: Iterable[str], label: str) -> dict[str, str]:
+    """The DuckDB types of the columns ``names`` of ``select`` (DESCRIBE: footers only)."""
+    wanted = set(names)
     try:
         described = con.execute(f"DESCRIBE {select}").fetchall()
     except duckdb.Error as exc:
         if machine_limit(exc):
             raise
         raise InputError(f"cannot read: {duckdb_message(exc)}", file=label) from None
-    return {str(r[0]): str(r[1]) for r in described if r[0] in differ}
+    return {str(r[0]): str(r[1]) for r in described if r[0] in wanted}
+
+
+def _declared(con: duckdb.DuckDBPyConnection, select: str, refused: Mapping[str, tuple[str, str | None]],
+              label: str) -> dict[str, tuple[str, str]]:
+    """``refused`` with the type a refused column's view declares filled in where a rule left it open (None):
+    the type DuckDB reads the column as, asked only then."""
+    open_ = [c for c, (_, duck) in refused.items() if duck is None]
+    types = _duck_types(con, select, open_, label) if open_ else {}
+    return {c: (why, duck if duck is not None else types.get(c, "VARCHAR")) for c, (why, duck) in refused.items()}
 
 
 def _rounding_union(union: Mapping[str, str], schemas: list[tuple[Path, pa.Schema]]) -> dict[str, tuple[str, str]]:
@@ -762,6 +854,9 @@ def _clash(a: pa.DataType, b: pa.DataType, duck: str) -> str | None:
     if pair == {"date", "timestamp"}:
         return None   # a date is its midnight, exactly
     if "timestamptz" in pair and pair & {"date", "timestamp"}:
+        if not re.search(r"TIME ZONE|TIMESTAMPTZ", duck):   # nanoseconds beside a zone: DuckDB drops the zone
+            return (f"DuckDB reads the glob's column as {duck}, without a time zone, taking the times with one as "
+                    "times of the session's time zone, so the values depend on the machine that runs the audit")
         return (f"DuckDB reads the glob's column as {duck}, taking the times without a time zone as times of "
                 "the session's time zone, so the values depend on the machine that runs the audit")
     if "bool" in pair and pair - {"bool"} <= _NUMBER_KINDS:
@@ -779,6 +874,202 @@ def _clash(a: pa.DataType, b: pa.DataType, duck: str) -> str | None:
                 "as '1.0', true as 'true'), equal to a text value only when spelled alike ('1' and '1.0' would be "
                 "two values)")
     return f"DuckDB would read the glob's column as {duck}, converting one file's values or failing to read them"
+
+
+def _by_column(schemas: list[tuple[Path, pa.Schema]]) -> dict[str, list[tuple[Path, pa.DataType]]]:
+    """Each column of a glob's files -> (file, its type there), for the files that have it: one pass."""
+    held: dict[str, list[tuple[Path, pa.DataType]]] = {}
+    for f, schema in schemas:
+        for fld in schema:
+            held.setdefault(fld.name, []).append((f, fld.type))
+    return held
+
+
+@functools.lru_cache(maxsize=1024)
+def _times(t: pa.DataType) -> frozenset[str]:
+    """What of dates, timestamps and durations a column of type ``t`` holds: 'date', 'timestamp[<unit>]',
+    'duration' (top level), 'nested duration'. Cached: a glob's files repeat their types (thousands of fields)."""
+    found = set()
+    for depth, x in enumerate(_walk(t)):
+        if pa.types.is_date(x):
+            found.add("date")
+        elif pa.types.is_timestamp(x):
+            found.add(f"timestamp[{x.unit}]")
+        elif pa.types.is_duration(x):
+            found.add("duration" if depth == 0 else "nested duration")
+    return frozenset(found)
+
+
+def _nested_durations(schema: pa.Schema) -> bool:
+    """Whether a column holds durations inside a list, struct, map or dictionary (DuckDB reads those from Parquet
+    as bare counts of their unit, and :func:`_intervals_view` converts only top-level ones)."""
+    return any("nested duration" in _times(f.type) for f in schema)
+
+
+def _glob_durations(union: Mapping[str, str], schemas: list[tuple[Path, pa.Schema]], refused: set[str]
+                    ) -> tuple[dict[str, str], dict[str, tuple[str, str | None]]]:
+    """(column -> unit, for the top-level duration columns of a Parquet glob its view reads as intervals, as a
+    single file's or a frame's are; column -> why, for durations it refuses when an audit reads them).
+
+    DuckDB reads a Parquet duration as a bare count of its unit. Where every file holding values has the column
+    as durations of one unit (a file of nulls beside them passes :func:`_clashing_union`), the count is converted;
+    durations inside a list, struct or map, or counts DuckDB's merge made other than BIGINT (beside a file of
+    float nulls: DOUBLE), are refused. Other merges of durations are refused by :func:`_clashing_union`."""
+    units: dict[str, str] = {}
+    out: dict[str, tuple[str, str | None]] = {}
+    for name, files in _by_column(schemas).items():
+        if name in refused or not any(_times(t) & {"duration", "nested duration"} for _, t in files):
+            continue
+        inside = next(((f, t) for f, t in files if "nested duration" in _times(t)), None)
+        if inside is not None:
+            out[name] = (f"{inside[0]} holds it as {inside[1]}: durations inside a list, struct or map, which DuckDB "
+                         "reads from a glob as bare counts of their unit (1 s as the number 1; one file or a frame "
+                         "is read as intervals); give them as numbers, e.g. microseconds", union.get(name))
+            continue
+        valued = [(f, t) for f, t in files if not pa.types.is_null(t)]
+        if name in union:   # the files disagree: what passed the merge rules has one side empty
+            valued = [(f, t) for f, t in valued if not _all_null(f, name)]
+        if not valued or not all(pa.types.is_duration(t) and t.unit == valued[0][1].unit for _, t in valued):
+            continue   # numbers beside empty durations: the column is numbers
+        duck = union.get(name, "BIGINT")
+        if duck != "BIGINT":
+            other, ot = next(((f, t) for f, t in files if not pa.types.is_duration(t) and not pa.types.is_null(t)),
+                             files[-1])
+            out[name] = (f"{valued[0][0]} holds it as {valued[0][1]}, {other} as {ot} (no "
+                         f"values): DuckDB reads the glob's column as {duck}, a bare count of the duration's unit, "
+                         "which dcaudit cannot read back as durations; give it one type in every file", duck)
+            continue
+        units[name] = valued[0][1].unit
+    return units, out
+
+
+# The finer unit's ticks in one tick of the coarser, for the conversions DuckDB makes when it reads a Parquet date
+# or timestamp as a finer unit: a date beside timestamps, milliseconds (Arrow's seconds are written as such) as
+# microseconds, any of them beside nanoseconds
+_FINER = {("day", "us"): 86_400_000_000, ("day", "ns"): 86_400_000_000_000, ("ms", "us"): 1000,
+          ("ms", "ns"): 1_000_000, ("us", "ns"): 1000}
+_SPAN = {"us": "290309 BC to 294247 AD (microseconds in 64 bits)",
+         "ns": "1677-09-21 to 2262-04-11 (nanoseconds in 64 bits)"}
+
+
+def _overflowing_times(union: Mapping[str, str], schemas: list[tuple[Path, pa.Schema]], refused: set[str], *,
+                       glob: bool) -> dict[str, tuple[str, str | None]]:
+    """The columns whose dates or timestamps DuckDB would convert to a finer unit that cannot hold them (column ->
+    (why, its DuckDB type)), refused when an audit reads them: else the read stops in DuckDB's words
+    ("Type INT32 with value 3000-01-01 can't be cast"). A date of the year 3000 beside nanosecond timestamps
+    (TIMESTAMP_NS holds 1677 to 2262), microseconds beyond 2262 beside them, millisecond timestamps beyond what
+    DuckDB's TIMESTAMP holds. Every merge of dates and timestamps picks the finer unit, so none loses precision;
+    only range is at stake, and a merge is kept when every row group's statistics show its values within (a file's
+    own milliseconds: unless they show them beyond). Footers only, and only for such columns.
+    ``union``: :func:`_union_types` (empty for one file)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    footers: dict[Path, Any] = {}   # each file's footer, read once for all its columns
+    for name, files in _by_column(schemas).items():
+        if name in refused or not any(_times(t) - {"duration", "nested duration"} for _, t in files):
+            continue
+        duck = union.get(name)
+        time_to = "ns" if duck and re.search(r"TIMESTAMP_NS|TIMESTAMPTZ_NS", duck) else "us"
+        date_to = time_to if duck and "TIMESTAMP" in duck else None
+        for f, t in files:
+            if not _may_overflow(t, date_to, time_to):
+                continue
+            beyond = _beyond_unit(f, name, date_to, time_to, strict=duck is not None, footers=footers)
+            if beyond is None:
+                continue
+            how = (f"the values of {f} reach {beyond}" if beyond else
+                   f"the footer of {f} has no statistics to show its values within")
+            # the file whose type DuckDB widens to: nanoseconds, else any timestamps
+            others = [(g, u) for g, u in files if str(u) != str(t)]
+            finest = [(g, u) for g, u in others if any(pa.types.is_timestamp(x) and (time_to == "us" or x.unit == "ns")
+                                                       for x in _walk(u))]
+            other, ot = (finest or others)[0] if others else (None, None)
+            if duck is None or other is None:   # no merge: DuckDB reads a file's milliseconds as microseconds
+                # a frame's rule and words (_duration_problem), with the file of a glob named
+                why = (f"{f} holds it as {t}, its values reaching {beyond}: " if glob else "") + _BEYOND_TIMESTAMP[0]
+            else:
+                fix = " (microsecond timestamps hold both)" if time_to == "ns" else ""
+                why = (f"{f} holds it as {t}, {other} as {ot}: DuckDB reads the glob's column as {duck}, which "
+                       f"holds times from {_SPAN[time_to]} only, and {how} (a value beyond would fail to read); "
+                       f"give it one type in every file{fix}")
+            out[name] = (why, duck)
+            break
+    return out
+
+
+def _may_overflow(t: pa.DataType, date_to: str | None, time_to: str) -> bool:
+    """Whether a column of type ``t`` holds dates or timestamps that DuckDB converts to a finer unit (dates to
+    ``date_to``, timestamps to ``time_to``): by type only, before any footer is read."""
+    held = _times(t)
+    return bool(("date" in held and date_to is not None) or held & {"timestamp[s]", "timestamp[ms]"}
+                or ("timestamp[us]" in held and time_to == "ns"))
+
+
+def _leaf_unit(leaf: Any) -> str | None:
+    """'day', 'ms', 'us' or 'ns' for a date or timestamp column of a Parquet footer (its logical type, or the
+    converted type older writers set), else None (INT96 timestamps included: they carry no statistics)."""
+    import json
+
+    logical = leaf.logical_type
+    if logical.type == "DATE":
+        return "day"
+    if logical.type == "TIMESTAMP":
+        unit = json.loads(logical.to_json()).get("timeUnit")
+        return {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}.get(unit)
+    return {"DATE": "day", "TIMESTAMP_MILLIS": "ms", "TIMESTAMP_MICROS": "us"}.get(str(leaf.converted_type))
+
+
+def _beyond_unit(path: Path, column: str, date_to: str | None, time_to: str, *, strict: bool,
+                 footers: dict[Path, Any]) -> str | None:
+    """How the dates and timestamps of ``column`` (its nested ones too) in a Parquet file fall outside the unit
+    DuckDB converts them to (dates to ``date_to``, None: kept as dates; timestamps to ``time_to``), by the
+    footer's row-group statistics: the first value beyond (``3000-01-01``), "" when they show nothing and
+    ``strict``, else None. ``footers``: the footers read so far, by file."""
+    import pyarrow.parquet as pq
+
+    try:
+        if path not in footers:
+            footers[path] = pq.read_metadata(path)
+        meta = footers[path]
+    except (OSError, ValueError, pa.ArrowException):
+        return "" if strict else None
+    for i in range(meta.num_columns):
+        leaf = meta.schema.column(i)
+        if leaf.path != column and not leaf.path.startswith(column + "."):
+            continue
+        unit = _leaf_unit(leaf)
+        target = date_to if unit == "day" else time_to
+        if unit is None or target is None or (unit, target) not in _FINER:
+            continue   # no conversion (kept as dates, or already the unit)
+        most = _INT64_MAX // _FINER[unit, target]
+        for g in range(meta.num_row_groups):
+            chunk = meta.row_group(g).column(i)
+            stats = chunk.statistics
+            if chunk.num_values == 0 or (stats is not None and stats.has_null_count
+                                         and stats.null_count == chunk.num_values):
+                continue
+            if stats is None or not stats.has_min_max:
+                if strict:
+                    return ""
+                continue
+            lo, hi = int(stats.min_raw), int(stats.max_raw)
+            if lo < -most or hi > most:
+                return _tick_text(lo if lo < -most else hi, unit)
+    return None
+
+
+def _tick_text(ticks: int, unit: str) -> str:
+    """A date or time of a Parquet footer (``ticks`` of ``unit`` since 1970-01-01) as ISO text, where Python's
+    calendar (years 1 to 9999) holds it, else as the count."""
+    import datetime
+
+    epoch = datetime.datetime(1970, 1, 1)
+    try:
+        if unit == "day":
+            return (epoch + datetime.timedelta(days=ticks)).date().isoformat()
+        micros = ticks * 1000 if unit == "ms" else ticks if unit == "us" else ticks // 1000
+        return (epoch + datetime.timedelta(microseconds=micros)).isoformat(sep=" ")
+    except OverflowError:
+        return f"{ticks} {dict(day='days', ms='milliseconds', us='microseconds', ns='nanoseconds')[unit]} from 1970"
 
 
 def _digits(t: pa.DataType) -> tuple[int, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 from pathlib import Path
 
 import polars as pl
@@ -859,6 +860,98 @@ def test_a_parquet_decimal_beyond_38_digits_is_refused_when_read(tmp_path: Path)
     with pytest.raises(InputError, match="column 'u'"):
         dcaudit.audit(path, evidence="cid", claim="u > 0", id="cid")
     assert dcaudit.audit(path, evidence="cid", claim="y = 1", id="cid").summary["n_fibers"].to_list() == [4]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Durations and coarse timestamps: one value, or one refusal, in every input form
+
+
+def _forms(tmp_path: Path, table: pa.Table) -> dict[str, object]:
+    """``table`` as a Parquet file, a glob of two Parquet files, an Arrow table, a polars and a pandas frame."""
+    pq.write_table(table, tmp_path / "one.parquet")
+    (tmp_path / "parts").mkdir()
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), tmp_path / "parts" / "p1.parquet")
+    pq.write_table(table.slice(half), tmp_path / "parts" / "p2.parquet")
+    return {str(tmp_path / "one.parquet"): tmp_path / "one.parquet", str(tmp_path / "parts" / "*.parquet"):
+            str(tmp_path / "parts" / "*.parquet"), "pyarrow Table": table, "polars DataFrame": pl.from_arrow(table),
+            "pandas DataFrame": table.to_pandas()}
+
+
+def _audited(result: dcaudit.Result) -> dict[str, list[tuple[object, ...]]]:
+    return {name: sorted(result.tables[name].drop("run_id", "source").rows(), key=str)
+            for name in ("summary", "fibers", "candidates")}
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_durations_are_the_same_intervals_from_a_file_a_glob_and_every_frame(tmp_path: Path, unit: str) -> None:
+    """DuckDB reads a Parquet duration (pandas timedelta, polars Duration, pa.duration) as a bare count of its
+    unit: from a file, 1 s was the fiber '1' (and 90000 s beside 90 s in ms one fiber with 90 s in s), from the
+    frame of the same data the interval '00:00:01'; a claim could compare seconds with the number 1. Now
+    every form gives the frame's intervals, and the same tables."""
+    per_second = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}[unit]
+    seconds = [1, 1, 90000, 90000, -5, None]
+    table = pa.table({"id": list("abcdef"), "x": pa.array([v if v is None else v * per_second for v in seconds],
+                                                         pa.duration(unit)), "y": [1, 1, 0, 0, 1, 0]})
+    results = {label: dcaudit.audit(form, evidence="x", claim="y = 1", id="id", report=False)  # type: ignore[arg-type]
+               for label, form in _forms(tmp_path, table).items()}
+    first = next(iter(results.values()))
+    assert sorted(first.fibers["evidence_key"].to_list()) == ["-00:00:05", "00:00:01", "25:00:00"]
+    for label, result in results.items():
+        assert _audited(result) == _audited(first), label
+    with pytest.raises(ClaimError, match="INTERVAL"):   # a duration is no number, in a file as in a frame
+        dcaudit.audit(tmp_path / "one.parquet", evidence="y", claim="x > 1", id="id")
+
+
+@pytest.mark.parametrize(("values", "reason"), [
+    (pa.array([1000, 1500, 2000, 2000], pa.duration("ns")), "durations finer than a microsecond, which DuckDB's "
+     "INTERVAL would round (1 ns and 500 ns would be one value); give them as numbers, e.g. nanoseconds "
+     "(.dt.total_nanoseconds() in polars, .dt.value in pandas)"),
+    (pa.array([1, 1, 10**13, 10**13], pa.duration("s")), "durations longer than DuckDB's INTERVAL holds (2^63 "
+     "microseconds, about 292,000 years), which it cannot read; give them as numbers, e.g. seconds "
+     "(.dt.total_seconds())"),
+    (pa.array([1, 1, 2**62, 2**62], pa.timestamp("ms")), "times beyond what DuckDB's TIMESTAMP holds (290309 BC to "
+     "294247 AD: microseconds in 64 bits), which it cannot read or compare as times; give them as numbers (e.g. "
+     "milliseconds since 1970) or text"),
+], ids=["ns durations finer than a microsecond", "s durations beyond INTERVAL", "ms timestamps beyond TIMESTAMP"])
+def test_values_duckdb_cannot_hold_are_one_refusal_in_every_input_form(tmp_path: Path, values: pa.Array,
+                                                                       reason: str) -> None:
+    """Sub-microsecond durations were refused in a frame but silently counts from a file; durations beyond
+    INTERVAL stopped in DuckDB's words ("Could not convert Interval to Microsecond"); millisecond timestamps
+    beyond TIMESTAMP stopped a file's every query, even of other columns ("Could not convert Timestamp(MS) to
+    Timestamp(US)"), and a frame's with a fatal DuckDB error that ended its database. Now one refusal, in one
+    wording, when an audit reads the column — and an audit of other columns runs."""
+    table = pa.table({"id": list("abcd"), "x": values, "e": [1, 1, 2, 2], "y": [1, 1, 0, 0]})
+    for label, form in _forms(tmp_path, table).items():
+        if label == "pandas DataFrame" and pa.types.is_timestamp(values.type):
+            continue   # pandas cannot hold such times (out of bounds for datetime64[ms] in to_pandas)
+        with pytest.raises(InputError) as err:
+            dcaudit.audit(form, evidence="x", claim="y = 1", id="id", report=False)  # type: ignore[arg-type]
+        found = str(err.value)
+        if label.endswith("*.parquet") and pa.types.is_timestamp(values.type):   # from the footer of a file: named
+            assert found.startswith(f"{tmp_path / 'parts' / 'p2.parquet'} holds it as timestamp[ms], its values "
+                                    "reaching 4611686018427387904 milliseconds from 1970: "), found
+            found = found[found.index("1970: ") + 6:]
+        assert found == f"{reason} (file {label}, column 'x')", label
+        other = dcaudit.audit(form, evidence="e", claim="y = 1", id="id", report=False)  # type: ignore[arg-type]
+        assert other.summary["n_fibers"].to_list() == [2], label
+
+
+def test_durations_inside_a_list_are_intervals_from_a_file_and_refused_from_a_glob(tmp_path: Path) -> None:
+    """A list of durations was a list of bare counts from a file (and from a glob), of intervals from a frame.
+    A file is now read through Arrow, as the frame; a glob, read by DuckDB alone, refuses the column by name."""
+    table = pa.table({"id": list("abcd"), "x": pa.array([[1], [1], [2], [2]], pa.list_(pa.duration("s"))),
+                      "y": [1, 1, 0, 0]})
+    forms = _forms(tmp_path, table)
+    glob = str(tmp_path / "parts" / "*.parquet")
+    keys = {label: sorted(dcaudit.audit(form, evidence="x", claim="y = 1", id="id", report=False)  # type: ignore[arg-type]
+                          .fibers["evidence_key"].to_list()) for label, form in forms.items() if label != glob}
+    assert set(map(tuple, keys.values())) == {("['00:00:01']", "['00:00:02']")}, keys
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'parts' / 'p1.parquet'} holds it as list<element: "
+                                         r"duration\[s\]>: durations inside a list, struct or map, which DuckDB "
+                                         rf".*\(file {re.escape(glob)}, column 'x'\)$"):
+        dcaudit.audit(glob, evidence="x", claim="y = 1", id="id")
+    assert dcaudit.audit(glob, evidence="y", claim="y = 1", id="id").summary["n_fibers"].to_list() == [2]
 
 
 def test_glob_files_whose_columns_differ_only_in_case_are_an_error(tmp_path: Path) -> None:

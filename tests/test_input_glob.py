@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -120,6 +121,22 @@ def test_an_absent_column_in_a_spec_source_is_reported(tmp_path: Path, monkeypat
     result = dcaudit.run(spec, report=False)   # the path is read from the spec's folder
     assert [(f["file"], f["column"], f["kind"]) for f in findings(result)] == [
         (str(tmp_path / "parts" / "p2.parquet"), "x", "glob_column_absent")]
+
+
+def test_every_finding_a_glob_writes_has_a_null_row_in_the_package(tmp_path: Path) -> None:
+    """A glob has no single row numbering, so its findings concern a file or the whole glob: their ``row`` is
+    NULL (as the connectors' file-level findings have it), never an empty value or a number — in the result and
+    in findings.parquet, for every kind a glob can write."""
+    glob = write(tmp_path / "g", {"id": ["a", "b", "A1"], "x": ["1", "NA", "2"], "y": [1, 0, 1]},
+                 {"id": ["a", "d", "A1 "], "y": [1, 0, 1]})
+    out = tmp_path / "pkg"
+    result = audit(glob, duplicates="keep", out=str(out))
+    table = pq.read_table(out / "findings.parquet")
+    assert table.schema.field("row").type == pa.int64()
+    kinds = {"glob_column_absent", "duplicate_id", "id_spellings", "evidence_numbers_and_text"}
+    assert {r["kind"] for r in table.to_pylist()} == kinds
+    assert [r["row"] for r in table.to_pylist()] == [None] * len(kinds)
+    assert [f["row"] for f in findings(result)] == [None] * len(kinds)
 
 
 def absent_rows(package_dir: str | Path) -> list[tuple[str, str]]:
@@ -268,6 +285,11 @@ REFUSED = [  # (case, file A's column, file B's column, why: after "DuckDB reads
      "the text as bytes, compared and shown as bytes"),
     ("timestamp beside timestamp with a zone", pa.array([DT], pa.timestamp("us")),
      pa.array([DT], pa.timestamp("us", "UTC")), "TIMESTAMP WITH TIME ZONE", ZONE),
+    # in nanoseconds DuckDB drops the zone instead (TIMESTAMP_NS): the message said it kept it
+    ("ns timestamp beside ns timestamp with a zone", pa.array([DT], pa.timestamp("ns")),
+     pa.array([DT], pa.timestamp("ns", "UTC")), "TIMESTAMP_NS",
+     "without a time zone, taking the times with one as times of the session's time zone, so the values depend on "
+     "the machine that runs the audit"),
     ("date beside timestamp with a zone", pa.array([datetime.date(2020, 1, 1)]),
      pa.array([DT], pa.timestamp("ms", "Europe/Paris")), "TIMESTAMP WITH TIME ZONE", ZONE),
     ("decimal beside a decimal of 38 integer digits", pa.array([D("1.25")], pa.decimal128(9, 2)),
@@ -335,6 +357,135 @@ def test_numbers_beside_text_are_one_error_line_in_the_cli(tmp_path: Path) -> No
     assert line.startswith(f"error: {tmp_path / 'g' / 'p1.parquet'} holds it as int64, {tmp_path / 'g' / 'p2.parquet'} "
                            "as string: DuckDB reads the glob's column as VARCHAR, the integers as text")
     assert line.endswith(f"; give it one type in every file (file {glob}, column 'x')")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dates and timestamps a merge widens to a finer unit: kept when their statistics show them within its range
+
+
+NS = "1677-09-21 to 2262-04-11 (nanoseconds in 64 bits)"
+US = "290309 BC to 294247 AD (microseconds in 64 bits)"
+BEYOND = [  # (case, file A's column, file B's column, the glob's type, its range, the value the footer shows)
+    ("date of 3000 beside ns timestamps", pa.array([datetime.date(3000, 1, 1)]), pa.array([DT], pa.timestamp("ns")),
+     "TIMESTAMP_NS", NS, "3000-01-01"),
+    ("date of 9999 beside ns timestamps", pa.array([datetime.date(1999, 1, 1), datetime.date(9999, 12, 31)]),
+     pa.array([DT], pa.timestamp("ns")), "TIMESTAMP_NS", NS, "9999-12-31"),
+    ("date before 1677 beside ns timestamps", pa.array([datetime.date(1600, 1, 1)]),
+     pa.array([DT], pa.timestamp("ns")), "TIMESTAMP_NS", NS, "1600-01-01"),
+    ("us timestamp of 3000 beside ns", pa.array([datetime.datetime(3000, 1, 1)], pa.timestamp("us")),
+     pa.array([DT], pa.timestamp("ns")), "TIMESTAMP_NS", NS, "3000-01-01 00:00:00"),
+    ("s timestamp of 2300 beside ns", pa.array([datetime.datetime(2300, 1, 1)], pa.timestamp("s")),
+     pa.array([DT], pa.timestamp("ns")), "TIMESTAMP_NS", NS, "2300-01-01 00:00:00"),
+    ("zoned us timestamp of 3000 beside zoned ns", pa.array([datetime.datetime(3000, 1, 1)], pa.timestamp("us", "UTC")),
+     pa.array([DT], pa.timestamp("ns", "UTC")), "TIMESTAMPTZ_NS", NS, "3000-01-01 00:00:00"),
+    ("list of dates beside list of ns timestamps", pa.array([[datetime.date(3000, 1, 1)]]),
+     pa.array([[DT]], pa.list_(pa.timestamp("ns"))), "TIMESTAMP_NS[]", NS, "3000-01-01"),
+    ("date beyond 294247 beside us timestamps", pa.array([200_000_000], pa.int32()).cast(pa.date32()),
+     pa.array([DT], pa.timestamp("us")), "TIMESTAMP", US, "200000000 days from 1970"),
+]
+
+
+@pytest.mark.parametrize(("case", "a", "b", "duck", "span", "value"), BEYOND, ids=[r[0] for r in BEYOND])
+def test_times_a_merge_takes_beyond_its_unit_are_refused_naming_both_files(tmp_path: Path, case: str, a: pa.Array,
+                                                                          b: pa.Array, duck: str, span: str,
+                                                                          value: str) -> None:
+    """DuckDB reads a date beside nanosecond timestamps as TIMESTAMP_NS, which holds 1677 to 2262 only: a date of
+    the year 3000 stopped the audit in DuckDB's words ("failed to cast column "x" from type DATE to TIMESTAMP_NS:
+    Type INT32 with value 3000-01-01 can't be cast to the destination type INT64"), naming neither the column
+    nor the other file. Now one line naming both files, the column and the value, when an audit reads it."""
+    glob = write(tmp_path / "g", {"id": [f"a{i}" for i in range(len(a))], "x": a, "e": [1] * len(a), "y": [1] * len(a)},
+                 {"id": [f"b{i}" for i in range(len(b))], "x": b, "e": [2] * len(b), "y": [0] * len(b)})
+    first, second = tmp_path / "g" / "p1.parquet", tmp_path / "g" / "p2.parquet"
+    ta, tb = (pq.read_schema(f).field("x").type for f in (first, second))
+    fix = " (microsecond timestamps hold both)" if duck.startswith(("TIMESTAMP_NS", "TIMESTAMPTZ_NS")) else ""
+    expected = (f"{first} holds it as {ta}, {second} as {tb}: DuckDB reads the glob's column as {duck}, which holds "
+                f"times from {span} only, and the values of {first} reach {value} (a value beyond would fail to "
+                f"read); give it one type in every file{fix} (file {glob}, column 'x')")
+    for kw in ({}, {"evidence": ["e"], "claim": "y = 1 and x = x"}):
+        with pytest.raises(InputError) as err:
+            audit(glob, **kw)
+        assert str(err.value) == expected, case
+    assert audit(glob, evidence=["e"]).summary["n_candidates"][0] == len(a) + len(b)   # unread: no refusal
+
+
+def test_a_merge_whose_footer_shows_no_statistics_is_refused(tmp_path: Path) -> None:
+    """Without statistics nothing shows a date within TIMESTAMP_NS's years: refused, as integers beside floats are
+    (a value beyond would stop the audit in DuckDB's words)."""
+    (tmp_path / "g").mkdir()
+    pq.write_table(pa.table({"id": ["a"], "x": [datetime.date(2000, 1, 1)], "y": [1]}), tmp_path / "g" / "p1.parquet",
+                   write_statistics=False)
+    pq.write_table(pa.table({"id": ["b"], "x": pa.array([DT], pa.timestamp("ns")), "y": [0]}),
+                   tmp_path / "g" / "p2.parquet")
+    with pytest.raises(InputError, match=rf"DuckDB reads the glob's column as TIMESTAMP_NS, which holds times from "
+                                         rf"{re.escape(NS)} only, and the footer of {tmp_path / 'g' / 'p1.parquet'} "
+                                         "has no statistics to show its values within"):
+        audit(tmp_path / "g" / "*.parquet")
+
+
+def test_millisecond_times_beyond_timestamp_in_a_glob_are_refused_and_other_columns_audit(tmp_path: Path) -> None:
+    """DuckDB reads Parquet milliseconds as microseconds: beyond TIMESTAMP's range it stopped every query of the
+    glob, of other columns too ("Could not convert Timestamp(MS) to Timestamp(US)")."""
+    glob = write(tmp_path / "g", {"id": ["a", "b"], "x": pa.array([1, 2**62], pa.timestamp("ms")), "e": [1, 2],
+                                  "y": [1, 0]}, {"id": ["c"], "x": pa.array([3], pa.timestamp("ms")), "e": [1], "y": [1]})
+    with pytest.raises(InputError, match=rf"^{tmp_path / 'g' / 'p1.parquet'} holds it as timestamp\[ms\], its values "
+                                         r"reaching 4611686018427387904 milliseconds from 1970: times beyond what "
+                                         r"DuckDB's TIMESTAMP holds .*\(file .*, column 'x'\)$"):
+        audit(glob)
+    assert audit(glob, evidence=["e"]).summary["n_candidates"][0] == 3
+
+
+WITHIN = [  # (case, file A's column, file B's column, the one file's column): values every unit holds
+    ("date beside ns timestamps", pa.array([datetime.date(2000, 1, 1), datetime.date(2262, 4, 11)]),
+     pa.array([DT], pa.timestamp("ns")),
+     pa.array([datetime.datetime(2000, 1, 1), datetime.datetime(2262, 4, 11), DT], pa.timestamp("ns"))),
+    ("ms timestamps beside ns", pa.array([DT], pa.timestamp("ms")), pa.array([DT, DT], pa.timestamp("ns")),
+     pa.array([DT] * 3, pa.timestamp("ns"))),
+    ("s timestamps beside us", pa.array([datetime.datetime(9000, 1, 1)], pa.timestamp("s")),
+     pa.array([DT], pa.timestamp("us")), pa.array([datetime.datetime(9000, 1, 1), DT], pa.timestamp("us"))),
+    ("date of 9999 beside us timestamps", pa.array([datetime.date(9999, 12, 31)]), pa.array([DT], pa.timestamp("us")),
+     pa.array([datetime.datetime(9999, 12, 31), DT], pa.timestamp("us"))),
+]
+
+
+@pytest.mark.parametrize(("case", "a", "b", "one"), WITHIN, ids=[w[0] for w in WITHIN])
+def test_times_a_merge_keeps_within_its_unit_are_silent_and_as_one_file(tmp_path: Path, case: str, a: pa.Array,
+                                                                       b: pa.Array, one: pa.Array) -> None:
+    ids = [f"c{i}" for i in range(len(a) + len(b))]
+    y = [i % 2 for i in range(len(ids))]
+    glob = write(tmp_path / "g", {"id": ids[:len(a)], "x": a, "y": y[:len(a)]}, {"id": ids[len(a):], "x": b,
+                                                                                 "y": y[len(a):]})
+    pq.write_table(pa.table({"id": ids, "x": one, "y": y}), tmp_path / "one.parquet")
+    result = audit(glob)
+    assert findings(result) == [], case
+    same(result, audit(tmp_path / "one.parquet"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Durations: intervals, as from one file or a frame, where the merge kept their unit
+
+
+def test_durations_beside_a_file_of_integer_nulls_are_intervals(tmp_path: Path) -> None:
+    """A file holding the column as int64 nulls passes beside durations (nothing changes): the glob's column is
+    the durations, read as intervals as one file's are; integers beside empty durations stay integers."""
+    glob = write(tmp_path / "g", {"id": ["a", "b"], "x": pa.array([1, 2], pa.duration("s")), "y": [1, 0]},
+                 {"id": ["c"], "x": pa.array([None], pa.int64()), "y": [1]})
+    assert sorted(audit(glob).fibers["evidence_key"].to_list()) == ["00:00:01", "00:00:02"]
+    numbers = write(tmp_path / "n", {"id": ["a"], "x": pa.array([None], pa.duration("s")), "y": [1]},
+                    {"id": ["b", "c"], "x": [5, 6], "y": [0, 1]})
+    assert sorted(audit(numbers).fibers["evidence_key"].to_list()) == ["5", "6"]
+
+
+def test_durations_beside_a_file_of_float_nulls_are_refused(tmp_path: Path) -> None:
+    """Beside float64 nulls (pandas' empty chunk) DuckDB reads the durations as DOUBLE counts of their unit,
+    which no longer say they are durations (and round beyond 2^53): refused by name."""
+    glob = write(tmp_path / "g", {"id": ["a"], "x": pa.array([1], pa.duration("s")), "y": [1]},
+                 {"id": ["b"], "x": pa.array([None], pa.float64()), "y": [0]})
+    with pytest.raises(InputError) as err:
+        audit(glob)
+    assert str(err.value) == (f"{tmp_path / 'g' / 'p1.parquet'} holds it as duration[s], {tmp_path / 'g' / 'p2.parquet'}"
+                              " as double (no values): DuckDB reads the glob's column as DOUBLE, a bare count of the "
+                              "duration's unit, which dcaudit cannot read back as durations; give it one type in "
+                              f"every file (file {glob}, column 'x')")
 
 
 # ---------------------------------------------------------------------------------------------------
