@@ -152,13 +152,13 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
         table = table.append_column(ROW, _row_numbers(table.num_rows))
     else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here, so nothing can be widened
         check_unique_columns(table.schema.names, name)
-        refused = {}
         for f in table.schema:
             why = _refusal(f.type) or (("half floats or 256-bit decimals, which DuckDB cannot read; cast the "
                                         "column, or pass the dataset's table (.to_table())", "")
                                        if _scannable(f.type) != f.type else None)
             if why is not None:
                 raise InputError(why[0], file=name, column=f.name)
+        refused = _dataset_value_refusals(table)
     view = view_name(name)
     con.register(f"_arrow_{_safe(name)}", table)
     select = refusing_view(f"SELECT * FROM {quote_identifier(f'_arrow_{_safe(name)}')}", refused, name)
@@ -308,13 +308,10 @@ def _duration_problem(column: pa.ChunkedArray) -> tuple[str, str] | None:
 
     from dcaudit import arrays
 
-    def coarse(t: pa.DataType) -> bool:
-        return pa.types.is_duration(t) or (pa.types.is_timestamp(t) and t.unit in ("s", "ms"))
-
-    if not any(coarse(t) for t in _walk(column.type)):
+    if not _value_checked(column.type):
         return None
     for chunk in column.chunks:
-        for leaf in _leaves(chunk, coarse):
+        for leaf in _leaves(chunk, _coarse):
             ticks = pa.chunked_array([leaf.cast(pa.int64())], pa.int64())
             values = arrays.values(ticks, np.int64)[arrays.valid(ticks)]
             if not len(values):
@@ -325,6 +322,34 @@ def _duration_problem(column: pa.ChunkedArray) -> tuple[str, str] | None:
             if unit in ("s", "ms") and bool((np.abs(values) > _INT64_MAX // _MICROS_PER[unit]).any()):
                 return _BEYOND_INTERVAL if pa.types.is_duration(leaf.type) else _BEYOND_TIMESTAMP
     return None
+
+
+def _coarse(t: pa.DataType) -> bool:
+    """Whether values of type ``t`` (not nested) need :func:`_duration_problem`'s check: durations, and second or
+    millisecond timestamps."""
+    return pa.types.is_duration(t) or (pa.types.is_timestamp(t) and t.unit in ("s", "ms"))
+
+
+def _value_checked(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` holds such values anywhere (top level, or nested)."""
+    return any(_coarse(x) for x in _walk(t))
+
+
+def _dataset_value_refusals(dataset: object) -> dict[str, tuple[str, str]]:
+    """:func:`_duration_problem` for a pyarrow Dataset (column -> why): it is scanned by DuckDB, not read here,
+    so only the columns that need the check are read, a batch at a time. Unchecked, 1 ns and 500 ns were one
+    interval, and a millisecond timestamp beyond TIMESTAMP ended the database with a fatal error."""
+    refused: dict[str, tuple[str, str]] = {}
+    schema: pa.Schema = dataset.schema  # type: ignore[attr-defined]
+    for f in schema:
+        if not _value_checked(f.type):
+            continue
+        for batch in dataset.to_batches(columns=[f.name]):  # type: ignore[attr-defined]
+            why = _duration_problem(pa.chunked_array([batch.column(0)], f.type))
+            if why is not None:
+                refused[f.name] = why
+                break
+    return refused
 
 
 def _leaves(arr: pa.Array, keep: Callable[[pa.DataType], bool]) -> Iterator[pa.Array]:

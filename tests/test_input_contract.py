@@ -867,7 +867,10 @@ def test_a_parquet_decimal_beyond_38_digits_is_refused_when_read(tmp_path: Path)
 
 
 def _forms(tmp_path: Path, table: pa.Table) -> dict[str, object]:
-    """``table`` as a Parquet file, a glob of two Parquet files, an Arrow table, a polars and a pandas frame."""
+    """``table`` as a Parquet file, a glob of two Parquet files, an Arrow table and dataset, a polars and a pandas
+    frame."""
+    import pyarrow.dataset as ds
+
     pq.write_table(table, tmp_path / "one.parquet")
     (tmp_path / "parts").mkdir()
     half = table.num_rows // 2
@@ -875,7 +878,7 @@ def _forms(tmp_path: Path, table: pa.Table) -> dict[str, object]:
     pq.write_table(table.slice(half), tmp_path / "parts" / "p2.parquet")
     return {str(tmp_path / "one.parquet"): tmp_path / "one.parquet", str(tmp_path / "parts" / "*.parquet"):
             str(tmp_path / "parts" / "*.parquet"), "pyarrow Table": table, "polars DataFrame": pl.from_arrow(table),
-            "pandas DataFrame": table.to_pandas()}
+            "pandas DataFrame": table.to_pandas(), "pyarrow FileSystemDataset": ds.dataset(tmp_path / "one.parquet")}
 
 
 def _audited(result: dcaudit.Result) -> dict[str, list[tuple[object, ...]]]:
