@@ -19,8 +19,9 @@ severity       int       >= 0, 1–5 here (NULL for clean and for corruptions wi
 A user's predictions (CSV, CSV.gz or Parquet) with these columns (``split``, ``corruption``,
 ``severity`` optional) go through :func:`read_predictions`; :func:`validate_predictions` checks any
 predictions relation and names the file, row and column of the first problem — missing columns, empty
-keys, a split or severity that is not a whole number >= 0, a boolean split, severity or confidence, a
-confidence that is not a probability in [0, 1] (unless declared a score: ``confidence = "score"``), no
+keys, a split or severity that is not a whole number >= 0, a severity above 0 on a clean row, a boolean split,
+severity or confidence, a confidence that is not a probability in [0, 1] (unless declared a score:
+``confidence = "score"``), no
 ``clean`` rows, conditions outside a declared list, duplicate (split, model, image_id, condition) rows. In a
 Parquet glob a row is named by its own file and its row there. A spec with ``[source] path = "preds.csv"``
 and a ``[vision]`` section audits it (``conditions = [...]`` declares the corruption names).
@@ -160,6 +161,9 @@ def validate_predictions(con: duckdb.DuckDBPyConnection, view: str, *, file: str
         checks.append(("severity must be an integer", "severity",
                        f"severity IS NOT NULL AND {_not_integer('severity', types['severity'])}"))
         checks.append(("severity must not be negative", "severity", "TRY_CAST(severity AS DOUBLE) < 0"))
+        # the severity suites leave clean rows out, so a severity there was ignored: a mislabelled corruption?
+        checks.append(("a clean row has no severity (leave it empty, or 0)", "severity",
+                       f"CAST(condition AS VARCHAR) = {sql_literal(clean)} AND TRY_CAST(severity AS DOUBLE) > 0"))
     found_rows = con.execute(f"SELECT {', '.join(first(c) for _, _, c in checks)} FROM {view}").fetchall()[0]
     for (message, col, cond), bad_row in zip(checks, found_rows, strict=True):
         if bad_row is None:

@@ -262,3 +262,19 @@ def test_a_model_without_audited_candidates_is_never_chosen(tmp_path: Path) -> N
     metrics = {r["metric"]: r["value"] for r in pq.read_table(package / "metrics.parquet").to_pylist()}
     assert metrics["clean_winner_differs_from_robust_winner"] == 0.0
     assert metrics["clean_winner_differs_from_certification_winner_tie_aware"] == 0.0
+
+
+@pytest.mark.parametrize("severity", ["", "0"])
+def test_a_clean_row_with_a_severity_is_named(tmp_path: Path, severity: str) -> None:
+    """A clean row with severity 3 was ignored without a word (the severity suites leave clean rows out): most
+    likely a corruption labelled clean. Empty or 0 is no severity and passes."""
+    text = (HEADER.replace("\n", ",severity\n") + f"m1,a,clean,1,1,0.9,{severity}\nm1,a,noise,1,1,0.8,3\n"
+            "m1,b,clean,2,2,0.7,3\nm1,b,noise,3,2,0.6,3\n")
+    with pytest.raises(InputError) as exc:
+        vp.read_predictions(duckdb.connect(), _write(tmp_path, text), conditions=["noise"])
+    assert str(exc.value) == ("a clean row has no severity (leave it empty, or 0), found '3' "
+                              f"(file {tmp_path / 'preds.csv'}, row 3, column 'severity')")
+    good = text.replace("m1,b,clean,2,2,0.7,3", f"m1,b,clean,2,2,0.7,{severity}")
+    con = duckdb.connect()
+    view = vp.read_predictions(con, _write(tmp_path, good), conditions=["noise"])
+    assert con.execute(f"SELECT count(*) FROM {view}").fetchall() == [(4,)]
