@@ -43,11 +43,13 @@ lint: install  ## ruff, and mypy over the core, audits and pipelines
 		ln -sfn $(CURDIR)/$$d $(MYPY_LINKS)/$$d; done
 	@.venv/bin/mypy > .venv/mypy.out; status=$$?; sed 's|^$(MYPY_LINKS)/||' .venv/mypy.out; exit $$status
 
-bench: install  ## performance benchmarks (1e6, 1e7 synthetic + Tox21/JARVIS) -> bench/results/latest.parquet
+bench: install  ## performance benchmarks (1e6, 1e7 synthetic, whole commands, Tox21/JARVIS/vision) -> bench/results/latest.parquet
 	$(PY) bench/suite.py
+	$(PY) bench/whole.py
 	$(PY) bench/completion.py
 	$(PY) bench/replay.py
 	$(PY) bench/jarvis_replay.py
+	$(PY) bench/vision.py
 
 bench-1e8: install  ## fiber audit of 1e8 candidates x 8 binary columns (DuckDB memory_limit 8GB, spills beyond)
 	$(PY) bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas --memory-limit 8GB
