@@ -1627,6 +1627,18 @@ _DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
 _THOUSANDS = re.compile(r"^\s*[-+]?\d{1,3}(,\d{3})+(\.\d+)?\s*$")
 
 
+def not_a_number_hint(value: str) -> str:
+    """Why a value that should be a number may not read as one ("" when nothing tells)."""
+    if _THOUSANDS.match(value):  # 1,000 may be a thousands separator as well as a decimal comma: say both
+        return ("; it looks like a thousands separator (or a decimal comma): write numbers with a decimal point "
+                "and no separators")
+    if _DECIMAL_COMMA.match(value):
+        return "; it looks like a decimal comma: write numbers with a decimal point"
+    if "\n" in value or "\r" in value:
+        return "; it spans lines: is a quote not closed?"
+    return ""
+
+
 def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,
                     why: str) -> None:
     """An InputError naming the first row whose ``column`` is not a number, when the column is not numeric."""
@@ -1651,12 +1663,7 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
                              column=column)
         return  # text that all parses as numbers (e.g. a column read as text): DuckDB casts it
     row, value = found
-    hint = ""
-    if _THOUSANDS.match(value):  # 1,000 may be a thousands separator as well as a decimal comma: say both
-        hint = ("; it looks like a thousands separator (or a decimal comma): write numbers with a decimal point "
-                "and no separators")
-    elif _DECIMAL_COMMA.match(value):
-        hint = "; it looks like a decimal comma: write numbers with a decimal point"
+    hint = not_a_number_hint(value)
     holds = "text" if kind == "text" else f"{str(types.get(column, '')).lower() or 'other'} values"
     raise InputError(f"{why} needs numbers, but the column holds {holds}: {value[:40]!r}{hint}", file=label,
                      row=row, column=column)
@@ -1664,11 +1671,14 @@ def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, 
 
 def first_non_number(con: duckdb.DuckDBPyConnection, relation: str, column: str) -> tuple[int | None, str] | None:
     """(row, text) of the first value of ``column`` that does not read as a number (None: every value does);
-    the row is None for an input without row numbers."""
+    the row is None for an input without row numbers. A value spanning lines counts as none: DuckDB reads
+    ``'0\n'`` as 0, but a CSV reader read the column as text because of it (a stray or unclosed quote)."""
     q = quote_identifier(column)
     order = f" ORDER BY {ROW}" if ROW in _columns(con, relation) else ""
-    found = con.execute(f"SELECT {ROW if order else 'NULL'}, CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT "
-                        f"NULL AND TRY_CAST(trim(CAST({q} AS VARCHAR)) AS DOUBLE) IS NULL{order} LIMIT 1").fetchall()
+    text = f"CAST({q} AS VARCHAR)"
+    found = con.execute(f"SELECT {ROW if order else 'NULL'}, {text} FROM {relation} WHERE {q} IS NOT NULL AND "
+                        f"(TRY_CAST(trim({text}) AS DOUBLE) IS NULL OR regexp_matches({text}, '[\\r\\n]'))"
+                        f"{order} LIMIT 1").fetchall()
     return (found[0][0], found[0][1]) if found else None
 
 

@@ -74,6 +74,7 @@ from dcaudit.inputs import (
     is_glob,
     label_of,
     line_breaks,
+    not_a_number_hint,
     numbers_and_text,
     refused_column_error,
     register_input,
@@ -568,7 +569,8 @@ def _first_text_hint(message: str, ctx: StageContext | None) -> str:
         if found:
             row, value = found
             where = f"row {row}" if row is not None else "a row"
-            return f"; its first value that is not a number is {value[:40]!r} ({label_of(view)}, {where})"
+            hint = not_a_number_hint(value)
+            return f"; its first value that is not a number is {value[:40]!r} ({label_of(view)}, {where}){hint}"
     return ""
 
 

@@ -771,6 +771,23 @@ def test_a_claim_on_a_text_column_names_its_first_text_value_and_row(tmp_path: P
         dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
 
 
+def test_a_number_spanning_lines_after_an_unclosed_quote_is_named_as_such(tmp_path: Path) -> None:
+    """An unclosed quote on the last line made the claim column text ('0\n'), and the claim's message said
+    only that it was text: DuckDB reads '0\n' as 0, so no value was named. A binned rule cast it to 0 without
+    a word. Now both name the row and the value and ask about the quote; a decimal comma is named in a claim
+    too."""
+    f = write_csv(tmp_path / "u.csv", 'id,e,y\na,1,1\nb,2,"0\n')
+    with pytest.raises(ClaimError, match=r"first value that is not a number is '0\\n' \(.*u.csv, row 2\); it "
+                                         r"spans lines: is a quote not closed\?$"):
+        dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
+    with pytest.raises(InputError, match=r"holds text: '0\\n'; it spans lines: is a quote not closed\? "
+                                         r"\(file .*u.csv, row 2, column 'y'\)$"):
+        dcaudit.audit(f, id="id", evidence=["y"], fiber_rule="quantile:2", claim="e = 1", report=False)
+    comma = write_csv(tmp_path / "c.csv", 'id,e,y\na,1,1\nb,2,"1,5"\n')
+    with pytest.raises(ClaimError, match=r"is '1,5' \(.*c.csv, row 2\); it looks like a decimal comma"):
+        dcaudit.audit(comma, id="id", evidence=["e"], claim="y = 1", report=False)
+
+
 def test_binned_rules_refuse_integers_a_double_cannot_tell_apart(tmp_path: Path) -> None:
     """2^53 and 2^53 + 1 are one double: width:1 put them in one bin and quantile:3 everything in one,
     without a word. The exact rule keeps them apart; a binned rule is an error naming the value and row."""
