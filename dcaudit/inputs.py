@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 import pyarrow as pa
@@ -43,6 +43,9 @@ from dcaudit.claims import check_columns, quote_identifier, quote_string, value_
 from dcaudit.engine import machine_limit
 from dcaudit.errors import ClaimError, InputError, SpecError, one_line
 from dcaudit.storage import _not_a_file, sha256_file
+
+if TYPE_CHECKING:   # numpy is imported where a check needs it (start-up time)
+    import numpy as np
 
 ROW = "__row"  # the 1-based data row of every registered input; the candidate id when there is no id column
 CSV_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt")
@@ -306,14 +309,11 @@ def _duration_problem(column: pa.ChunkedArray) -> tuple[str, str] | None:
     The same rules as for Parquet files (:func:`_intervals_view`, :func:`_overflowing_times`)."""
     import numpy as np
 
-    from dcaudit import arrays
-
     if not _value_checked(column.type):
         return None
     for chunk in column.chunks:
         for leaf in _leaves(chunk, _coarse):
-            ticks = pa.chunked_array([leaf.cast(pa.int64())], pa.int64())
-            values = arrays.values(ticks, np.int64)[arrays.valid(ticks)]
+            values = _valid_ticks(leaf)
             if not len(values):
                 continue
             unit = leaf.type.unit
@@ -623,6 +623,7 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
         # then times a merge (or DuckDB's reading of milliseconds) takes beyond the finer unit's range
         refused = {**_rounding_union(union, schemas), **_clashing_union(union, schemas), **refused}
         late = _overflowing_times(union, schemas, set(refused), glob=True)
+        late = {**_int96_refusals(schemas, {*refused, *late}, glob=True), **late}
         units, nested = _glob_durations(union, schemas, {*refused, *late})
         refused = _declared(con, select, {**nested, **late, **refused}, text)
         _note_absent(con, name, schemas)
@@ -651,8 +652,9 @@ def _register_path(con: duckdb.DuckDBPyConnection, path: Path, label: str | None
             return register_input(con, table, label=name)
         scan = f"read_parquet({quote_string(str(path))}, file_row_number = true)"
         refused = _refused_columns(schema)
-        refused = _declared(con, f"SELECT * FROM {scan}",
-                            {**_overflowing_times({}, [(path, schema)], set(refused), glob=False), **refused}, text)
+        late = _overflowing_times({}, [(path, schema)], set(refused), glob=False)
+        late = {**_int96_refusals([(path, schema)], {*refused, *late}, glob=False), **late}
+        refused = _declared(con, f"SELECT * FROM {scan}", {**late, **refused}, text)
         units = {f.name: f.type.unit for f in schema if pa.types.is_duration(f.type) and f.name not in refused}
         replace = f" REPLACE ({_refusals(refused, text)})" if refused else ""
         select = f"SELECT file_row_number + 1 AS {ROW}, * EXCLUDE (file_row_number){replace} FROM {scan}"
@@ -1019,6 +1021,56 @@ def _overflowing_times(union: Mapping[str, str], schemas: list[tuple[Path, pa.Sc
             out[name] = (why, duck)
             break
     return out
+
+
+_INT96_SUB_MICROSECOND = ("INT96 timestamps (the legacy kind Spark and Impala write) finer than a microsecond, which "
+                          "DuckDB reads as microseconds (1 ns and 500 ns past a second would be one time); write them "
+                          "as Parquet timestamps (pyarrow's default) or give them as numbers, e.g. nanoseconds")
+
+
+def _int96_refusals(schemas: list[tuple[Path, pa.Schema]], refused: set[str], *, glob: bool
+                    ) -> dict[str, tuple[str, str | None]]:
+    """The columns of Parquet files holding INT96 timestamps that are no whole number of microseconds (column ->
+    (why, None: the type DuckDB reads)), refused when an audit reads them: DuckDB truncates INT96 to microseconds,
+    so distinct times would become one value without a word. INT96 carries no statistics, so such a column's
+    values are read (that column alone, through Arrow, which reads INT96 as nanoseconds). Only columns Arrow
+    sees as nanosecond timestamps can be INT96: nothing else costs more than the type check."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for f, schema in schemas:
+        candidates = {fld.name for fld in schema if fld.name not in refused and fld.name not in out
+                      and "timestamp[ns]" in _times(fld.type)}
+        if not candidates:
+            continue
+        meta = pq.read_metadata(f)
+        held = {meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)
+                if meta.schema.column(i).physical_type == "INT96"} & candidates
+        for name in sorted(held):
+            column = pq.read_table(f, columns=[name]).column(0)
+            if _sub_microsecond_times(column):
+                out[name] = ((f"{f} holds it as " if glob else "") + _INT96_SUB_MICROSECOND, None)
+    return out
+
+
+def _sub_microsecond_times(column: pa.ChunkedArray) -> bool:
+    """Whether a nanosecond timestamp anywhere in ``column`` is no whole number of microseconds."""
+    for chunk in column.chunks:
+        for leaf in _leaves(chunk, lambda t: pa.types.is_timestamp(t) and t.unit == "ns"):
+            values = _valid_ticks(leaf)
+            if len(values) and bool((values % 1000 != 0).any()):
+                return True
+    return False
+
+
+def _valid_ticks(leaf: pa.Array) -> np.ndarray:
+    """The ticks (int64) of the valid values of a duration or timestamp array."""
+    import numpy as np
+
+    from dcaudit import arrays
+
+    ticks = pa.chunked_array([leaf.cast(pa.int64())], pa.int64())
+    return arrays.values(ticks, np.int64)[arrays.valid(ticks)]
 
 
 def _may_overflow(t: pa.DataType, date_to: str | None, time_to: str) -> bool:
