@@ -1734,6 +1734,16 @@ def first_non_number(con: duckdb.DuckDBPyConnection, relation: str, column: str)
     return (found[0][0], found[0][1]) if found else None
 
 
+def first_value(con: duckdb.DuckDBPyConnection, relation: str, column: str) -> tuple[int | None, str] | None:
+    """(row, text) of the first value of ``column`` that is not missing (None: all are); the row is None for an
+    input without row numbers."""
+    q = quote_identifier(column)
+    order = f" ORDER BY {ROW}" if ROW in _columns(con, relation) else ""
+    found = con.execute(f"SELECT {ROW if order else 'NULL'}, CAST({q} AS VARCHAR) FROM {relation} WHERE {q} IS NOT "
+                        f"NULL{order} LIMIT 1").fetchall()
+    return (found[0][0], found[0][1]) if found else None
+
+
 def _columns(con: duckdb.DuckDBPyConnection, relation: str) -> list[str]:
     return [r[0] for r in con.execute(f"DESCRIBE {relation}").fetchall()]
 

@@ -69,6 +69,7 @@ from dcaudit.inputs import (
     check_ids,
     column_types,
     first_non_number,
+    first_value,
     id_spellings,
     input_digests,
     is_glob,
@@ -565,12 +566,20 @@ def _first_text_hint(message: str, ctx: StageContext | None) -> str:
         return ""
     column = match.group(2)
     for view in ctx.tables.values():
-        found = first_non_number(ctx.con, view, column) if column in ctx.columns.get(view, ()) else None
+        if column not in ctx.columns.get(view, ()):
+            continue
+        found = first_non_number(ctx.con, view, column)
         if found:
             row, value = found
             where = f"row {row}" if row is not None else "a row"
             hint = not_a_number_hint(value)
             return f"; its first value that is not a number is {value[:40]!r} ({label_of(view)}, {where}){hint}"
+        first = first_value(ctx.con, view, column)   # text of numbers only ('1', 'nan': a frame's str column)
+        if first:
+            row, value = first
+            where = f"row {row}" if row is not None else "a row"
+            return (f"; its values all read as numbers, but the column holds them as text (the first, {value[:40]!r}, "
+                    f"{label_of(view)}, {where}): give the column a numeric type (pd.to_numeric, .cast(pl.Float64))")
     return ""
 
 

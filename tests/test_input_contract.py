@@ -771,6 +771,18 @@ def test_a_claim_on_a_text_column_names_its_first_text_value_and_row(tmp_path: P
         dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
 
 
+def test_a_claim_on_numbers_held_as_text_says_so() -> None:
+    """A frame's str column of 'nan' and '1' (pandas' astype(str) of floats) read as numbers in DuckDB, so the
+    claim's message named no value and said only 'text'. Now it says the values are numbers held as text."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"e": [1, 2], "y": ["nan", "1"]})
+    with pytest.raises(ClaimError, match=r"^claim 'y = 1' compares column 'y' \(text\) with the literal '1'; its "
+                                         r"values all read as numbers, but the column holds them as text \(the "
+                                         r"first, 'nan', pandas DataFrame, row 1\): give the column a numeric type"):
+        dcaudit.audit(frame, evidence="e", claim="y = 1", report=False)
+
+
 def test_a_number_spanning_lines_after_an_unclosed_quote_is_named_as_such(tmp_path: Path) -> None:
     """An unclosed quote on the last line made the claim column text ('0\n'), and the claim's message said
     only that it was text: DuckDB reads '0\n' as 0, so no value was named. A binned rule cast it to 0 without
