@@ -995,14 +995,18 @@ def _overflowing_times(union: Mapping[str, str], schemas: list[tuple[Path, pa.Sc
         if name in refused or not any(_times(t) - {"duration", "nested duration"} for _, t in files):
             continue
         duck = union.get(name)
-        time_to = "ns" if duck and re.search(r"TIMESTAMP_NS|TIMESTAMPTZ_NS", duck) else "us"
-        date_to = time_to if duck and "TIMESTAMP" in duck else None
+        types = [t for _, t in files]
+        # whether any field of the column becomes nanoseconds, or holds dates beside timestamps: a first filter
+        time_to = "ns" if any("timestamp[ns]" in _times(t) for t in types) else "us"
+        date_to = time_to if any(_times(t) & _TIMESTAMP_KINDS for t in types) else None
         for f, t in files:
             if not _may_overflow(t, date_to, time_to):
                 continue
-            beyond = _beyond_unit(f, name, date_to, time_to, strict=duck is not None, footers=footers)
-            if beyond is None:
+            found = _beyond_unit(f, name, functools.partial(_merged_units, types), strict=duck is not None,
+                                 footers=footers)
+            if found is None:
                 continue
+            beyond, time_to = found
             how = (f"the values of {f} reach {beyond}" if beyond else
                    f"the footer of {f} has no statistics to show its values within")
             # the file whose type DuckDB widens to: nanoseconds, else any timestamps
@@ -1095,12 +1099,12 @@ def _leaf_unit(leaf: Any) -> str | None:
     return {"DATE": "day", "TIMESTAMP_MILLIS": "ms", "TIMESTAMP_MICROS": "us"}.get(str(leaf.converted_type))
 
 
-def _beyond_unit(path: Path, column: str, date_to: str | None, time_to: str, *, strict: bool,
-                 footers: dict[Path, Any]) -> str | None:
+def _beyond_unit(path: Path, column: str, units: Callable[[list[str]], tuple[str | None, str]], *, strict: bool,
+                 footers: dict[Path, Any]) -> tuple[str, str] | None:
     """How the dates and timestamps of ``column`` (its nested ones too) in a Parquet file fall outside the unit
-    DuckDB converts them to (dates to ``date_to``, None: kept as dates; timestamps to ``time_to``), by the
-    footer's row-group statistics: the first value beyond (``3000-01-01``), "" when they show nothing and
-    ``strict``, else None. ``footers``: the footers read so far, by file."""
+    DuckDB converts them to (``units(leaf path)``: dates to the first, None: kept as dates; timestamps to the
+    second), by the footer's row-group statistics: (the first value beyond, ``3000-01-01``, or "" when they
+    show nothing and ``strict``; the unit it had to fit), else None. ``footers``: the footers read so far."""
     import pyarrow.parquet as pq
 
     try:
@@ -1108,14 +1112,17 @@ def _beyond_unit(path: Path, column: str, date_to: str | None, time_to: str, *, 
             footers[path] = pq.read_metadata(path)
         meta = footers[path]
     except (OSError, ValueError, pa.ArrowException):
-        return "" if strict else None
+        return ("", "us") if strict else None
     for i in range(meta.num_columns):
         leaf = meta.schema.column(i)
         if leaf.path != column and not leaf.path.startswith(column + "."):
             continue
         unit = _leaf_unit(leaf)
+        if unit is None:
+            continue
+        date_to, time_to = units(leaf.path.split(".")[1:])
         target = date_to if unit == "day" else time_to
-        if unit is None or target is None or (unit, target) not in _FINER:
+        if target is None or (unit, target) not in _FINER:
             continue   # no conversion (kept as dates, or already the unit)
         most = _INT64_MAX // _FINER[unit, target]
         for g in range(meta.num_row_groups):
@@ -1126,12 +1133,53 @@ def _beyond_unit(path: Path, column: str, date_to: str | None, time_to: str, *, 
                 continue
             if stats is None or not stats.has_min_max:
                 if strict:
-                    return ""
+                    return "", time_to
                 continue
             lo, hi = int(stats.min_raw), int(stats.max_raw)
             if lo < -most or hi > most:
-                return _tick_text(lo if lo < -most else hi, unit)
+                return _tick_text(lo if lo < -most else hi, unit), time_to
     return None
+
+
+_TIMESTAMP_KINDS = frozenset(f"timestamp[{u}]" for u in ("s", "ms", "us", "ns"))
+
+
+def _merged_units(types: list[pa.DataType], parts: list[str]) -> tuple[str | None, str]:
+    """(what DuckDB converts dates to, None: kept as dates; what it converts timestamps to) at the field
+    ``parts`` (a Parquet leaf path below the column: ``['a']`` for a struct's field ``a``, ``[]`` for the column
+    itself) of a column the files hold as ``types``: its merge picks the finest unit among the files at that
+    field — nanoseconds if any file has them there, else microseconds (DuckDB reads milliseconds as those), and
+    dates become timestamps only beside timestamps. Each field on its own: a struct of microsecond and
+    nanosecond times keeps its microseconds."""
+    at = [x for x in (_arrow_field(t, parts) for t in types) if x is not None]
+    stamps = [x for x in at if pa.types.is_timestamp(x)]
+    time_to = "ns" if any(x.unit == "ns" for x in stamps) else "us"
+    return (time_to if stamps else None), time_to
+
+
+def _arrow_field(t: pa.DataType, parts: list[str]) -> pa.DataType | None:
+    """The type at the Parquet leaf path ``parts`` below a column of Arrow type ``t`` (struct fields by name; a
+    list's repeated group and element, a map's key_value and key or value), or None where ``t`` has no such
+    field."""
+    parts = list(parts)
+    while parts:
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        elif pa.types.is_struct(t):
+            j = t.get_field_index(parts.pop(0))
+            if j < 0:
+                return None
+            t = t.field(j).type
+        elif pa.types.is_map(t):
+            if parts[0] == "key_value":
+                parts.pop(0)
+            t = t.key_type if parts and parts.pop(0) == "key" else t.item_type
+        elif hasattr(t, "value_type"):   # lists of every layout: <list>.<element> (three levels) or <element>
+            del parts[:2 if len(parts) >= 2 else 1]
+            t = t.value_type
+        else:
+            return None
+    return t.value_type if pa.types.is_dictionary(t) else t
 
 
 def _tick_text(ticks: int, unit: str) -> str:

@@ -408,6 +408,30 @@ def test_times_a_merge_takes_beyond_its_unit_are_refused_naming_both_files(tmp_p
     assert audit(glob, evidence=["e"]).summary["n_candidates"][0] == len(a) + len(b)   # unread: no refusal
 
 
+def test_each_field_of_a_struct_merges_to_its_own_unit(tmp_path: Path) -> None:
+    """A struct of microsecond and nanosecond times beside one of millisecond and nanosecond times reads as
+    STRUCT(a TIMESTAMP, b TIMESTAMP_NS): its field ``a`` of the year 2500 is within microseconds, and was refused
+    as if every field became nanoseconds. Each field is now checked against its own merged unit: ``a`` audits,
+    and ``b`` of the year 3000 beside nanoseconds is refused by its value."""
+    def times(a_unit: str, a: datetime.datetime, b_unit: str, b: datetime.datetime) -> pa.Array:
+        return pa.StructArray.from_arrays([pa.array([a], pa.timestamp(a_unit)), pa.array([b], pa.timestamp(b_unit))],
+                                          ["a", "b"])
+
+    late = datetime.datetime(2500, 1, 1)
+    glob = write(tmp_path / "g", {"id": ["a"], "x": times("us", late, "ns", DT), "y": [1]},
+                 {"id": ["b"], "x": times("ms", DT, "ns", DT), "y": [0]})
+    keys = sorted(audit(glob).fibers["evidence_key"].to_list())
+    assert len(keys) == 2 and "2500-01-01" in keys[1], keys
+    glob = write(tmp_path / "h", {"id": ["a"], "x": times("us", late, "us", datetime.datetime(3000, 1, 1)), "y": [1]},
+                 {"id": ["b"], "x": times("ms", DT, "ns", DT), "y": [0]})
+    with pytest.raises(InputError, match=r"DuckDB reads the glob's column as STRUCT\(a TIMESTAMP, b TIMESTAMP_NS\), "
+                                         rf"which holds times from {re.escape(NS)} only, and the values of "
+                                         rf"{re.escape(str(tmp_path / 'h' / 'p1.parquet'))} reach 3000-01-01 00:00:00 "
+                                         r"\(a value beyond would fail to read\); give it one type in every file "
+                                         r"\(microsecond timestamps hold both\)"):
+        audit(glob)
+
+
 def test_a_merge_whose_footer_shows_no_statistics_is_refused(tmp_path: Path) -> None:
     """Without statistics nothing shows a date within TIMESTAMP_NS's years: refused, as integers beside floats are
     (a value beyond would stop the audit in DuckDB's words)."""
