@@ -27,7 +27,15 @@ from dcaudit.audits import quantiles
 from dcaudit.claims import DUCKDB, Claim, SqlDialect, check_columns, claim_sql, quote_identifier, value_kind
 from dcaudit.errors import ClaimError, InputError, SpecError
 from dcaudit.evidence_map import EvidenceMap, EvidenceSQL, FiberRule, parse_fiber_rule  # noqa: F401 - re-exported
-from dcaudit.inputs import ROW, column_types, duckdb_message, guard_nan, label_of, require_numeric
+from dcaudit.inputs import (
+    ROW,
+    column_types,
+    duckdb_message,
+    guard_nan,
+    label_of,
+    not_a_number_hint,
+    require_numeric,
+)
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
@@ -201,8 +209,8 @@ def _require_exact_as_double(con: duckdb.DuckDBPyConnection, relation: str, colu
     label = label_of(relation)
     if problem == "text":
         raise InputError(f"fiber rule {rule} needs numbers, but the column holds text: {value[:40]!r} (a number is "
-                         "digits with an optional sign, decimal point and exponent, or nan / inf)", file=label,
-                         row=first_row, column=column)
+                         f"digits with an optional sign, decimal point and exponent, or nan / inf){not_a_number_hint(value)}",
+                         file=label, row=first_row, column=column)
     if problem == "digits":
         raise InputError(f"fiber rule {rule}: the value {value.strip()[:40]} has more digits than a double holds (it "
                          f"reads as {double!r}), so bins (computed on doubles) cannot tell it from its neighbours; "

@@ -1736,7 +1736,21 @@ def not_a_number_hint(value: str) -> str:
         return "; it looks like a decimal comma: write numbers with a decimal point"
     if "\n" in value or "\r" in value:
         return "; it spans lines: is a quote not closed?"
+    text = value.strip()
+    if text[:1] in _MINUS_LOOKALIKES and _NUMBER.match(text[1:]):
+        return (f"; it starts with {_MINUS_LOOKALIKES[text[0]]} (U+{ord(text[0]):04X}), not the ASCII minus '-': "
+                "write negative numbers with '-'")
+    if _SPACED_THOUSANDS.match(text):
+        return "; it has spaces between its digits (a thousands separator?): write numbers without separators"
     return ""
+
+
+# characters a copied table writes for a minus sign, which no number parser reads as one
+_MINUS_LOOKALIKES = {"\u2212": "a Unicode minus sign", "\u2013": "an en dash", "\u2014": "an em dash",
+                     "\u2010": "a Unicode hyphen", "\u2011": "a non-breaking hyphen", "\ufe63": "a small hyphen-minus",
+                     "\uff0d": "a full-width hyphen-minus"}
+_NUMBER = re.compile(r"^\d+(\.\d*)?([eE][-+]?\d+)?$|^\.\d+([eE][-+]?\d+)?$")
+_SPACED_THOUSANDS = re.compile(r"^[-+]?\d{1,3}([ \u00a0\u202f\u2009]\d{3})+([.,]\d+)?$")
 
 
 def require_numeric(con: duckdb.DuckDBPyConnection, relation: str, column: str, types: Mapping[str, str], *,

@@ -771,6 +771,24 @@ def test_a_claim_on_a_text_column_names_its_first_text_value_and_row(tmp_path: P
         dcaudit.audit(f, id="id", evidence=["e"], claim="y = 1", report=False)
 
 
+@pytest.mark.parametrize(("value", "hint"), [
+    ("\u22122.5", "it starts with a Unicode minus sign (U+2212), not the ASCII minus '-': write negative numbers "
+                 "with '-'"),
+    ("\u20131", "it starts with an en dash (U+2013), not the ASCII minus '-'"),
+    ("1\u00a0000", "it has spaces between its digits (a thousands separator?): write numbers without separators"),
+    ("12 345.5", "it has spaces between its digits (a thousands separator?)"),
+])
+def test_a_number_written_as_a_copied_table_writes_it_is_named_with_why(tmp_path: Path, value: str, hint: str) -> None:
+    """A Unicode minus (a table copied from a document) or a space as a thousands separator made the column text;
+    the messages named the value, which looks like a number, without saying what is wrong with it."""
+    f = tmp_path / "n.csv"
+    f.write_text(f'id,e,y\na,1,1\nb,2,0\nc,"{value}",1\n', encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(hint)):
+        dcaudit.audit(f, id="id", evidence=["e"], fiber_rule="quantile:2", claim="y = 1", report=False)
+    with pytest.raises(ClaimError, match=re.escape(hint)):
+        dcaudit.audit(f, id="id", evidence=["y"], claim="e > 0", report=False)
+
+
 def test_a_claim_on_numbers_held_as_text_says_so() -> None:
     """A frame's str column of 'nan' and '1' (pandas' astype(str) of floats) read as numbers in DuckDB, so the
     claim's message named no value and said only 'text'. Now it says the values are numbers held as text."""
