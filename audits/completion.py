@@ -383,6 +383,9 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if leaked:  # a probe the claim reads decides it by construction: its curve says nothing about measuring
         notes.append(f"completion: the claim reads probe(s) {', '.join(leaked)}: measuring them decides the claim "
                      "by construction (leakage)")
+    if id_column in config.probes:  # as the evidence check says for an evidence column
+        notes.append(f"completion: the probes include the id column {id_column!r}: measured, every candidate is a "
+                     "fiber of its own, so it certifies each by construction")
     if n_excluded:
         notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
                      f"(complete cases: {n_cand})")

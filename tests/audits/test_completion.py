@@ -336,3 +336,18 @@ def test_tox21_probe_acquisition(tox21_settings) -> None:  # noqa: ANN001 - fixt
     assert abs(final.pop() - 0.0665) <= 3 * mean_rows(table, "response_rank")[4]["certified_fraction_se"]
     # false decisions stay rare (paper: <= 0.10 % throughout)
     assert max(r["false_decision_rate"] for r in table.to_pylist() if r["seed"] is None) < 0.002
+
+
+def test_a_probe_that_is_the_id_column_is_noted() -> None:
+    """The id as a probe (`--probes mol_id`) was recommended as the best next measurement without a word: every
+    candidate becomes a fiber of its own, certified by construction. Noted now, as for evidence."""
+    table = known_table(40)
+    con = duckdb.connect()
+    con.register("t", table)
+    res = completion_curves(con, "t", id_column="id", evidence=EvidenceMap(("e",)), claim=CLAIM,
+                            config=CompletionConfig(probes=("id", "A"), seeds=2), source="test")
+    assert ("completion: the probes include the id column 'id': measured, every candidate is a fiber of its own, so "
+            "it certifies each by construction") in res.notes
+    other = completion_curves(con, "t", id_column="id", evidence=EvidenceMap(("e",)), claim=CLAIM,
+                              config=CompletionConfig(probes=("A", "C"), seeds=2), source="test")
+    assert not any("id column" in n for n in other.notes)
