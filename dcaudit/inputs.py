@@ -1048,8 +1048,10 @@ def _int96_refusals(schemas: list[tuple[Path, pa.Schema]], refused: set[str], *,
         if not candidates:
             continue
         meta = pq.read_metadata(f)
-        held = {meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)
-                if meta.schema.column(i).physical_type == "INT96"} & candidates
+        int96 = [meta.schema.column(i).path for i in range(meta.num_columns)
+                 if meta.schema.column(i).physical_type == "INT96"]
+        # a leaf's path joins names with dots, and a column's own name may hold one ("t.x"): match by prefix
+        held = {name for name in candidates if any(path == name or path.startswith(name + ".") for path in int96)}
         for name in sorted(held):
             column = pq.read_table(f, columns=[name]).column(0)
             if _sub_microsecond_times(column):
@@ -1120,7 +1122,8 @@ def _beyond_unit(path: Path, column: str, units: Callable[[list[str]], tuple[str
         unit = _leaf_unit(leaf)
         if unit is None:
             continue
-        date_to, time_to = units(leaf.path.split(".")[1:])
+        below = leaf.path[len(column) + 1:]   # the column's own name may hold a dot: strip it whole
+        date_to, time_to = units(below.split(".") if below else [])
         target = date_to if unit == "day" else time_to
         if target is None or (unit, target) not in _FINER:
             continue   # no conversion (kept as dates, or already the unit)

@@ -1085,34 +1085,35 @@ def test_excluded_reasons_with_equal_counts_come_in_one_order() -> None:
     assert len(orders) == 1
 
 
-def test_int96_timestamps_finer_than_a_microsecond_are_refused_not_truncated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("column", ["t", "t.x"])
+def test_int96_timestamps_finer_than_a_microsecond_are_refused_not_truncated(tmp_path: Path, column: str) -> None:
     """INT96 timestamps (Spark's and Impala's legacy kind) hold nanoseconds; DuckDB reads them as microseconds,
     so 1 s + 1 ns, 1 s + 2 ns and 1 s + 500 ns were one fiber from a file or a glob, three from the frame of
     the same data. Now such a column is refused by name when an audit reads it; an audit of other columns
     runs; INT96 times of whole microseconds (what Spark writes) audit as from the frame."""
     import pyarrow.dataset as ds
 
-    fine = pa.table({"id": list("abc"), "t": pa.array([10**9 + 1, 10**9 + 2, 10**9 + 500], pa.timestamp("ns")),
+    fine = pa.table({"id": list("abc"), column: pa.array([10**9 + 1, 10**9 + 2, 10**9 + 500], pa.timestamp("ns")),
                      "e": [1, 1, 2], "y": [1, 0, 1]})
     (tmp_path / "parts").mkdir()
     pq.write_table(fine, tmp_path / "fine.parquet", use_deprecated_int96_timestamps=True)
     pq.write_table(fine.slice(0, 1), tmp_path / "parts" / "p1.parquet", use_deprecated_int96_timestamps=True)
     pq.write_table(fine.slice(1), tmp_path / "parts" / "p2.parquet", use_deprecated_int96_timestamps=True)
-    assert dcaudit.audit(fine, evidence="t", claim="y = 1", id="id").summary["n_fibers"].to_list() == [3]
+    assert dcaudit.audit(fine, evidence=column, claim="y = 1", id="id").summary["n_fibers"].to_list() == [3]
     reason = ("INT96 timestamps (the legacy kind Spark and Impala write) finer than a microsecond, which DuckDB "
               "reads as microseconds (1 ns and 500 ns past a second would be one time); write them as Parquet "
               "timestamps (pyarrow's default) or give them as numbers, e.g. nanoseconds")
     glob = str(tmp_path / "parts" / "*.parquet")
     for form, prefix in ((tmp_path / "fine.parquet", ""), (glob, f"{tmp_path / 'parts' / 'p1.parquet'} holds it as ")):
         with pytest.raises(InputError) as err:
-            dcaudit.audit(form, evidence="t", claim="y = 1", id="id")
-        assert str(err.value) == f"{prefix}{reason} (file {form}, column 't')"
+            dcaudit.audit(form, evidence=column, claim="y = 1", id="id")
+        assert str(err.value) == f"{prefix}{reason} (file {form}, column {column!r})"
         assert dcaudit.audit(form, evidence="e", claim="y = 1", id="id").summary["n_fibers"].to_list() == [2]
     # a dataset of the file reads INT96 through Arrow, as nanoseconds: exact
-    assert dcaudit.audit(ds.dataset(tmp_path / "fine.parquet"), evidence="t", claim="y = 1",
+    assert dcaudit.audit(ds.dataset(tmp_path / "fine.parquet"), evidence=column, claim="y = 1",
                          id="id").summary["n_fibers"].to_list() == [3]
-    whole = fine.set_column(1, "t", pa.array([10**9, 10**9 + 1000, 10**9 + 500_000], pa.timestamp("ns")))
+    whole = fine.set_column(1, column, pa.array([10**9, 10**9 + 1000, 10**9 + 500_000], pa.timestamp("ns")))
     pq.write_table(whole, tmp_path / "whole.parquet", use_deprecated_int96_timestamps=True)
-    keys = [sorted(dcaudit.audit(f, evidence="t", claim="y = 1", id="id").fibers["evidence_key"].to_list())
+    keys = [sorted(dcaudit.audit(f, evidence=column, claim="y = 1", id="id").fibers["evidence_key"].to_list())
             for f in (whole, tmp_path / "whole.parquet")]
     assert keys[0] == keys[1] and len(keys[0]) == 3, keys

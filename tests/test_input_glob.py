@@ -432,6 +432,17 @@ def test_each_field_of_a_struct_merges_to_its_own_unit(tmp_path: Path) -> None:
         audit(glob)
 
 
+def test_a_column_whose_name_holds_a_dot_is_checked_as_one_column(tmp_path: Path) -> None:
+    """A Parquet leaf path joins names with dots: the column "d.x" (a date of 3000 beside nanosecond timestamps)
+    read as field x of a column d, which has none, and passed unchecked to DuckDB's cast error."""
+    glob = write(tmp_path / "g", {"id": ["a"], "d.x": pa.array([datetime.date(3000, 1, 1)]), "y": [1]},
+                 {"id": ["b"], "d.x": pa.array([DT], pa.timestamp("ns")), "y": [0]})
+    with pytest.raises(InputError, match=r"DuckDB reads the glob's column as TIMESTAMP_NS, which holds times from "
+                                         rf"{re.escape(NS)} only, and the values of .*p1.parquet reach 3000-01-01 "
+                                         r".*\(file .*, column 'd.x'\)$"):
+        audit(glob, evidence=["d.x"])
+
+
 def test_a_merge_whose_footer_shows_no_statistics_is_refused(tmp_path: Path) -> None:
     """Without statistics nothing shows a date within TIMESTAMP_NS's years: refused, as integers beside floats are
     (a value beyond would stop the audit in DuckDB's words)."""
