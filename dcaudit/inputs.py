@@ -151,12 +151,12 @@ def register_input(con: duckdb.DuckDBPyConnection, data: object, *, label: str |
     name = label or kind
     if isinstance(table, pa.Table):
         check_unique_columns(table.column_names, name)
-        table, refused = _duckdb_readable(table, name)
+        table, refused = _duckdb_readable(_pandas_values_as_text(table), name)
         table = table.append_column(ROW, _row_numbers(table.num_rows))
     else:  # a pyarrow Dataset: scanned by DuckDB, never read whole here, so nothing can be widened
         check_unique_columns(table.schema.names, name)
         for f in table.schema:
-            why = _refusal(f.type) or (("half floats or 256-bit decimals, which DuckDB cannot read; cast the "
+            why = _field_refusal(f) or (("half floats or 256-bit decimals, which DuckDB cannot read; cast the "
                                         "column, or pass the dataset's table (.to_table())", "")
                                        if _scannable(f.type) != f.type else None)
             if why is not None:
@@ -209,7 +209,7 @@ def _duckdb_readable(table: pa.Table, label: str) -> tuple[pa.Table, dict[str, t
     out of DuckDB's sight altogether, so an input whose unused columns hold such types still audits."""
     refused: dict[str, tuple[str, str]] = {}
     for i, f in enumerate(table.schema):
-        why = _refusal(f.type) or _duration_problem(table.column(i))
+        why = _field_refusal(f) or _duration_problem(table.column(i))
         target = _scannable(f.type, durations=True) if why is None else f.type
         if why is None and target != f.type:
             try:
@@ -241,6 +241,48 @@ def _walk(t: pa.DataType) -> Iterator[pa.DataType]:
     yield t
     for inner in _nested(t):
         yield from _walk(inner)
+
+
+# pandas' own extension types, as pyarrow holds them: DuckDB reads only their storage, which is not the value
+# (a Period's storage is its ordinal, 600 for 2020-01 at freq M; an Interval's its two bounds without the side
+# that is closed), so a frame's keys would differ from its CSV's ('600' where the CSV says '2020-01')
+_PANDAS_EXTENSIONS = {
+    "pandas.period": ("pandas Periods, which Arrow and Parquet store as ordinals (600 is 2020-01 at freq M) that "
+                      "DuckDB would read as plain numbers; give them as text (df[col].astype(str)) or as "
+                      "timestamps (df[col].dt.to_timestamp())"),
+    "pandas.interval": ("pandas Intervals, which Arrow and Parquet store as their two bounds without the side that "
+                        "is closed; give them as text (df[col].astype(str)) or as two numeric columns "
+                        "(df[col].array.left, .right)"),
+}
+
+
+def _pandas_extension(f: pa.Field) -> str | None:
+    """Which of pandas' extension types field ``f`` holds ('pandas.period', …), or None: by its type where pyarrow
+    knows pandas' types (pandas is imported), else by the field's metadata, as a Parquet footer keeps it."""
+    for inner in _walk(f.type):
+        if isinstance(inner, pa.ExtensionType) and inner.extension_name in _PANDAS_EXTENSIONS:
+            return inner.extension_name
+    name = (f.metadata or {}).get(b"ARROW:extension:name", b"").decode("utf-8", "replace")
+    return name if name in _PANDAS_EXTENSIONS else None
+
+
+def _field_refusal(f: pa.Field) -> tuple[str, str] | None:
+    """:func:`_refusal` of the field's type, or the refusal of a pandas extension type it holds."""
+    kind = _pandas_extension(f)
+    if kind is not None:
+        return _PANDAS_EXTENSIONS[kind], "VARCHAR"
+    return _refusal(f.type)
+
+
+def _pandas_values_as_text(table: pa.Table) -> pa.Table:
+    """``table`` with each top-level column of pandas Periods or Intervals as the text pandas writes them to a
+    CSV ('2020-01', '(0, 1]'), missing values kept missing: the frame then audits as its CSV does. Only where
+    the type itself is pandas' (so pandas is imported); a bare ordinal with metadata is refused instead."""
+    for i, f in enumerate(table.schema):
+        if isinstance(f.type, pa.ExtensionType) and f.type.extension_name in _PANDAS_EXTENSIONS:
+            text = pa.array(table.column(i).to_pandas().astype("string"), pa.string())
+            table = table.set_column(i, pa.field(f.name, pa.string()), text)
+    return table
 
 
 def _refusal(t: pa.DataType) -> tuple[str, str] | None:
@@ -1380,7 +1422,7 @@ def _described(con: duckdb.DuckDBPyConnection, view: str, label: str, *,
 def _refused_columns(schema: pa.Schema) -> dict[str, tuple[str, str]]:
     """The columns of a Parquet file DuckDB would not read as the file holds them (decimals beyond 38 digits
     become doubles; intervals count a month as 30 days): refused when an audit reads them."""
-    return {f.name: why for f in schema if (why := _refusal(f.type)) is not None}
+    return {f.name: why for f in schema if (why := _field_refusal(f)) is not None}
 
 
 def _parquet_schema(path: Path) -> pa.Schema:

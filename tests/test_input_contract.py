@@ -909,6 +909,39 @@ def test_a_parquet_decimal_beyond_38_digits_is_refused_when_read(tmp_path: Path)
     assert dcaudit.audit(path, evidence="cid", claim="y = 1", id="cid").summary["n_fibers"].to_list() == [4]
 
 
+def _pandas_extension_frames() -> dict[str, object]:
+    import pandas as pd
+
+    periods = pd.PeriodIndex(["2020-01", None, "2020-03", "2020-01"], freq="M")
+    intervals = pd.arrays.IntervalArray.from_tuples([(0, 1), None, (1.5, 2), (0, 1)], closed="left")
+    return {kind: pd.DataFrame({"cid": list("abcd"), "e": values, "z": [1, 1, 2, 2], "y": [1, 0, 1, 1]})
+            for kind, values in (("period", periods), ("interval", intervals))}
+
+
+@pytest.mark.parametrize("kind", ["period", "interval"])
+def test_pandas_periods_and_intervals_audit_as_their_csv_does_and_are_refused_from_parquet(
+        kind: str, tmp_path: Path) -> None:
+    """Arrow holds a pandas Period as its ordinal and an Interval as its bounds: the keys were '600' (2020-01 at
+    freq M) and {'left': 0, 'right': 1} with the closed side lost, where the frame's CSV says '2020-01' and
+    '[0.0, 1.0)'. A frame (or its Arrow table) now audits as its CSV does; a Parquet file, which keeps only the
+    storage and a name in its footer, is refused by name when the column is read."""
+    frame = _pandas_extension_frames()[kind]
+    frame.to_csv(tmp_path / "f.csv", index=False)
+    from_csv = dcaudit.audit(tmp_path / "f.csv", evidence="e", claim="y = 1", id="cid")
+    assert sorted(from_csv.tables["fibers"]["evidence_key"].to_list()) == {
+        "period": ["2020-01", "2020-03"], "interval": ['"[0.0, 1.0)"', '"[1.5, 2.0)"']}[kind]
+    want = _audited(from_csv)
+    for data in (frame, pa.Table.from_pandas(frame, preserve_index=False)):
+        got = _audited(dcaudit.audit(data, evidence="e", claim="y = 1", id="cid"))
+        assert got["fibers"] == want["fibers"] and got["summary"] == want["summary"]
+    frame.to_parquet(tmp_path / "f.parquet")
+    with pytest.raises(InputError, match=rf"pandas {kind.title()}s, which .*\(file .*f.parquet, column 'e'\)$"):
+        dcaudit.audit(tmp_path / "f.parquet", evidence="e", claim="y = 1", id="cid")
+    # unread, the column stops nothing
+    assert dcaudit.audit(tmp_path / "f.parquet", evidence="z", claim="y = 1", id="cid").summary[
+        "n_fibers"].to_list() == [2]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Durations and coarse timestamps: one value, or one refusal, in every input form
 
