@@ -585,6 +585,7 @@ def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> I
             first = one_line(err, 200)
             dtype = str(frame[column].dtype)  # type: ignore[index]
             fix = (".sparse.to_dense()" if dtype.startswith("Sparse") else
+                   "two columns, df[col].real and df[col].imag (or .astype(str))" if dtype.startswith("complex") else
                    ".astype(str) (integers beyond 64 bits are kept exact as text)" if isinstance(err, OverflowError)
                    else "pd.to_numeric(df[col], errors='coerce') (text becomes missing) or .astype(str)")
             return InputError(f"Arrow cannot hold the column as one type ({first}); give it one plain type, e.g. "

@@ -194,6 +194,9 @@ def test_frames_dcaudit_cannot_read_as_values_are_errors_naming_them() -> None:
     half = pa.table({"id": list("abcd"), "x": pa.array(np.array([1.5, 1.5, 2.5, 2.5], dtype=np.float16)),
                      "y": [1, 1, 0, 0]})
     assert dcaudit.audit(half, evidence="x", claim="y = 1", id="id").summary["certified_true"].to_list() == [2]
+    complex_numbers = nanoseconds.assign(x=np.array([1 + 1j, 1 + 1j, 2, 2]))   # the hint was pd.to_numeric
+    with pytest.raises(InputError, match=r"df\[col\]\.real and df\[col\]\.imag .*column 'x'"):
+        dcaudit.audit(complex_numbers, evidence="x", claim="y = 1", id="id")
     with pytest.raises(InputError, match="could not be collected"):
         dcaudit.audit(pl.LazyFrame({"x": [1]}).select("zz"), evidence="x", claim="x = 1")
     con = duckdb.connect()
