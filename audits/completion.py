@@ -294,7 +294,11 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
         con.execute(f"DROP TABLE {t}ev")
     # Radix of the refined key: key * radix + value code is unique within a parent fiber.
     con.execute(f"CREATE TEMP TABLE {t}pat AS SELECT DISTINCT * EXCLUDE (candidate_id) FROM {cand}")
-    radix = max(con.execute(f"SELECT {', '.join(f'max(v{j})' for j in range(m))} FROM {t}pat").fetchall()[0]) + 1
+    # one pass over the patterns (every value of a probe is in one): its largest code and its count of values
+    stats = con.execute(f"SELECT {', '.join(f'max(v{j}), count(DISTINCT v{j})' for j in range(m))} FROM {t}pat"
+                        ).fetchall()[0]
+    radix = max(stats[0::2]) + 1
+    distinct_probes = [p for p, values in zip(config.probes, stats[1::2], strict=True) if values == n_cand > 1]
     packed_probes = radix ** m < 2**62
     vb = " + ".join(f"v{j} * {radix ** j}" for j in range(m)) if packed_probes else "NULL"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {t}pat AS SELECT *, CAST({vb} AS BIGINT) AS vb FROM {t}pat")
@@ -386,6 +390,10 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     if id_column in config.probes:  # as the evidence check says for an evidence column
         notes.append(f"completion: the probes include the id column {id_column!r}: measured, every candidate is a "
                      "fiber of its own, so it certifies each by construction")
+    for probe in distinct_probes:   # a name, a SMILES, a float measured to full precision: the same, by values
+        if probe != id_column:
+            notes.append(f"completion: probe {probe!r} takes a different value for every candidate: measured, "
+                         "every candidate is a fiber of its own, so it certifies each by construction")
     if n_excluded:
         notes.append(f"completion: {n_excluded} candidates lack evidence, a probe or the claim and are left out "
                      f"(complete cases: {n_cand})")

@@ -747,6 +747,7 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
 
             result = label_noise_for_task(ctx, task, task.identity, result)
         ctx.audits[task.audit_id] = result
+        _note_singleton_fibers(ctx, task, result.summary, result.fibers)
         out["summary"].append(result.summary)
         out["fibers"].append(result.fibers)
         if result.candidates is not None:
@@ -834,6 +835,23 @@ def check_evidence_text(ctx: StageContext, view: str, task: AuditTask) -> None:
             ctx.notes.append(f"{label_of(view)}, evidence column {column!r}{f' (row {row})' if row else ''}: "
                              f"{found.column('detail')[0].as_py()} (findings.parquet, kind "
                              f"{found.column('kind')[0].as_py()!r})")
+
+
+def _note_singleton_fibers(ctx: StageContext, task: AuditTask, summary: pa.Table, fibers: pa.Table) -> None:
+    """Say so when half the candidates or more are alone in their fiber and min_support certifies them: one
+    observation decides its fiber by construction (float evidence under the exact rule, a name or a SMILES as
+    evidence), so the certified fraction then says little about the evidence. The id column is noted apart."""
+    n = summary["n_candidates"][0].as_py() or 0
+    if n < 2 or task.min_support > 1 or ctx.spec.id_column in task.evidence.columns:
+        return
+    # counted by DuckDB: pyarrow.compute (and Arrow's to_numpy) would import pandas, ~0.3 s of a command
+    alone = ctx.con.from_arrow(fibers.select(["n"])).filter("n = 1").aggregate("count(*)").fetchall()[0][0]
+    if 2 * alone < n:
+        return
+    what = ("every candidate is a fiber of its own" if alone == n else
+            f"{alone} of {n} candidates ({100 * alone / n:.0f}%) are alone in their fiber")
+    ctx.notes.append(f"{task.audit_id}: {what}: one observation decides its fiber, so each is certified by "
+                     "construction; a coarser fiber rule (quantile:K, width:W) or min_support 2 or more says more")
 
 
 def _note_support_moves(ctx: StageContext) -> None:

@@ -149,6 +149,22 @@ def test_the_text_view_shows_the_notes() -> None:
     assert "note: audit: the evidence includes the id column 'id'" in text
 
 
+def test_evidence_that_leaves_most_candidates_alone_in_their_fiber_is_noted() -> None:
+    """Float evidence under the exact rule made every candidate its own fiber, certified 100% without a word."""
+    frame = FRAME.with_columns(x=pl.Series([i / 7 for i in range(12)]), half=pl.Series([min(i, 6) for i in range(12)]))
+    notes = dcaudit.audit(frame, evidence="x", claim="y = 1", id="id").notes
+    assert [n for n in notes if "alone" in n or "of its own" in n] == [
+        "audit: every candidate is a fiber of its own: one observation decides its fiber, so each is certified by "
+        "construction; a coarser fiber rule (quantile:K, width:W) or min_support 2 or more says more"]
+    assert any(n.startswith("audit: 6 of 12 candidates (50%) are alone in their fiber")
+               for n in dcaudit.audit(frame, evidence="half", claim="y = 1", id="id").notes)
+    # with min_support 2 they are unsupported, not certified; and 3 fibers of 4 say nothing of the kind
+    assert not any("alone" in n or "of its own" in n
+                   for n in dcaudit.audit(frame, evidence="x", claim="y = 1", id="id", min_support=2).notes)
+    assert not any("alone" in n or "of its own" in n
+                   for n in dcaudit.audit(frame, evidence="e", claim="y = 1", id="id").notes)
+
+
 def test_sensitivity_refuses_tolerances_without_an_order() -> None:
     frame = pl.DataFrame({"x": [i / 40 for i in range(40)], "y": [i % 2 for i in range(40)]})
     for tolerances in ({0.1, 0.2}, {"mae": 1}):

@@ -351,3 +351,18 @@ def test_a_probe_that_is_the_id_column_is_noted() -> None:
     other = completion_curves(con, "t", id_column="id", evidence=EvidenceMap(("e",)), claim=CLAIM,
                               config=CompletionConfig(probes=("A", "C"), seeds=2), source="test")
     assert not any("id column" in n for n in other.notes)
+
+
+def test_a_probe_with_a_different_value_for_every_candidate_is_noted() -> None:
+    """A SMILES or a full-precision float as a probe certifies every candidate once measured, as the id does;
+    only the id column was noted. A probe with one repeated value is not."""
+    table = known_table(40)
+    table = table.append_column("smiles", pa.array([f"C{'C' * k}" for k in range(40)]))
+    table = table.append_column("almost", pa.array([f"v{min(k, 38)}" for k in range(40)]))
+    con = duckdb.connect()
+    con.register("t", table)
+    res = completion_curves(con, "t", id_column="id", evidence=EvidenceMap(("e",)), claim=CLAIM,
+                            config=CompletionConfig(probes=("smiles", "A", "almost"), seeds=2), source="test")
+    assert [n for n in res.notes if "different value" in n] == [
+        "completion: probe 'smiles' takes a different value for every candidate: measured, every candidate is a "
+        "fiber of its own, so it certifies each by construction"]
