@@ -543,10 +543,11 @@ def as_arrow(data: object) -> tuple[pa.Table, str]:
         names = [str(c) for c in data.columns]  # type: ignore[attr-defined]
         check_unique_columns(names, "pandas DataFrame")
         try:
-            return pa.Table.from_pandas(data, preserve_index=False), "pandas DataFrame"
+            table = pa.Table.from_pandas(data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
                 OverflowError) as exc:   # OverflowError: Python integers beyond 64 bits in an object column
             raise _pandas_column_problem(data, names, exc) from None
+        return _sets_sorted(data, names, table), "pandas DataFrame"
     if module in {"duckdb", "_duckdb"} and hasattr(data, "to_arrow_table"):
         return _converted(data.to_arrow_table, "DuckDB relation"), "DuckDB relation"
     raise SpecError(f"cannot audit a {module}.{kind}: give a path (CSV, Parquet), a polars, pandas or Arrow "
@@ -572,6 +573,27 @@ def _polars_column_problem(frame: Any, exc: Exception, what: str) -> InputError:
                               "it to a type Arrow holds, e.g. pl.Int64, pl.Float64 or pl.String (big integers are "
                               "kept exact as text)", file=what, column=name)
     return InputError(f"cannot read as an Arrow table: {one_line(exc, 200)}", file=what)
+
+
+def _sets_sorted(frame: Any, names: list[str], table: pa.Table) -> pa.Table:
+    """``table`` (the Arrow form of the pandas ``frame``) with each list column that holds Python sets as sorted
+    lists: Arrow keeps a set in the order it iterates, and two equal sets of text can iterate differently (the
+    order follows hash collisions and insertion), so one set would be two fiber keys. Only columns Arrow made
+    lists of are looked at, so a frame without such columns pays nothing."""
+    for i, f in enumerate(table.schema):
+        if not (pa.types.is_list(f.type) or pa.types.is_large_list(f.type)):
+            continue
+        values = frame.iloc[:, names.index(f.name)]
+        if values.dtype != object or not any(isinstance(v, set) for v in values):
+            continue
+        try:
+            ordered = [sorted(v) if isinstance(v, set) else v for v in values]
+        except TypeError:
+            raise InputError("holds Python sets whose members cannot be sorted (None beside numbers, say), and a set "
+                             "has no order of its own, so equal sets could be two values; give them as lists in the "
+                             "order you mean, or as text", file="pandas DataFrame", column=f.name) from None
+        table = table.set_column(i, f, pa.array(ordered, f.type))
+    return table
 
 
 def _pandas_column_problem(frame: object, names: list[str], exc: Exception) -> InputError:

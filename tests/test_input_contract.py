@@ -945,6 +945,22 @@ def test_pandas_periods_and_intervals_audit_as_their_csv_does_and_are_refused_fr
         "n_fibers"].to_list() == [2]
 
 
+def test_equal_python_sets_in_a_pandas_frame_are_one_value() -> None:
+    """Arrow keeps a set in its iteration order, which for text follows hash collisions and insertion order:
+    two equal sets were two fiber keys. They are sorted lists now; a set that cannot be sorted is an error."""
+    import pandas as pd
+
+    words = next(w for k in range(1000) if list(set(w := [f"w{k}-{j}" for j in range(6)]))
+                 != list(set(reversed(w))))
+    frame = pd.DataFrame({"cid": list("abcd"), "q": [set(words), set(reversed(words)), {"z"}, {"z"}],
+                          "y": [1, 1, 0, 0]})
+    result = dcaudit.audit(frame, evidence="q", claim="y = 1", id="cid")
+    assert result.summary["n_fibers"].to_list() == [2] and result.summary["certified_true"].to_list() == [2]
+    unsortable = pd.DataFrame({"cid": list("ab"), "q": [{None, 1}, {2}], "y": [1, 0]})
+    with pytest.raises(InputError, match=r"Python sets whose members cannot be sorted.*column 'q'\)$"):
+        dcaudit.audit(unsortable, evidence="q", claim="y = 1", id="cid")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Durations and coarse timestamps: one value, or one refusal, in every input form
 
