@@ -5,7 +5,11 @@ catalog.duckdb from all of them. This builds workspaces of N runs by cloning one
 record under a new run id, its package files copied, so every package verifies), then times:
 
 * ``catalog:refresh_after_a_run``: ``Catalog.refresh()`` in process after one more run's record and package
-  appear (what each command pays at the end), best of ``--repeat``;
+  appear (a full refresh: what each command paid at its end before runs extended the catalog, and what a
+  reader pays after a change no run made), best of ``--repeat``;
+* ``catalog:append_a_run``: ``Catalog.try_refresh(run_id)`` for one more run, as the runner calls it at the
+  end of every command: the catalog extended by that run alone (checked current afterwards), best of
+  ``--repeat``;
 * ``catalog:audit_command``: the whole ``dcaudit audit`` of Tox21 (``--no-report``) as a process, best of
   ``--repeat``; settings carry the seconds per run beyond the empty workspace.
 
@@ -92,16 +96,31 @@ def main() -> None:
                 catalog.refresh()
                 refresh.append(time.perf_counter() - started)
             have += args.repeat
+            append = []
+            for r in range(args.repeat):
+                run_id = f"clone-{10**6 + n * 10 + args.repeat + r:06d}"
+                clone_runs(home, template, 1, 10**6 + n * 10 + args.repeat + r)
+                catalog = Catalog(load_settings())
+                started = time.perf_counter()
+                note = catalog.try_refresh(run_id)
+                append.append(time.perf_counter() - started)
+                stamp = (home / ".catalog.duckdb.fingerprint").read_text().split("\n")[1]
+                if note is not None or stamp != catalog.fingerprint():
+                    raise SystemExit(f"the catalog was not extended by {run_id}: {note}")
+            have += args.repeat
             command = min(timed(audit_args(csv), env) for _ in range(args.repeat))
             have += args.repeat
             empty = command if empty is None else empty
-            per_run = (command - empty) / have * 1000 if have > 1 + 2 * args.repeat else None
-            print(f"{have:6d} runs: refresh {min(refresh):.3f} s, dcaudit audit {command:.3f} s"
+            per_run = (command - empty) / have * 1000 if have > 1 + 3 * args.repeat else None
+            print(f"{have:6d} runs: refresh {min(refresh):.3f} s, append a run {min(append):.3f} s, "
+                  f"dcaudit audit {command:.3f} s"
                   + (f" ({per_run:.3f} ms a run beyond the first)" if per_run is not None else ""), flush=True)
             settings = json.dumps({"runs_in_workspace": have, "repeat": args.repeat})
             load = os.getloadavg()[0]
             rows.append({"benchmark": "catalog:refresh_after_a_run", "engine": "dcaudit", "n_rows": have,
                          "seconds": round(min(refresh), 4), "load_avg": load, "settings": settings})
+            rows.append({"benchmark": "catalog:append_a_run", "engine": "dcaudit", "n_rows": have,
+                         "seconds": round(min(append), 4), "load_avg": load, "settings": settings})
             rows.append({"benchmark": "catalog:audit_command", "engine": "dcaudit-cli", "n_rows": have,
                          "seconds": round(command, 4), "load_avg": load,
                          "settings": json.dumps({"runs_in_workspace": have, "repeat": args.repeat,

@@ -367,9 +367,9 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
         except BaseException as exc:
             if signals.signum is None:
                 fail("skipped" if isinstance(exc, MissingSourceError) else "failed", f"{type(exc).__name__}: {exc}")
-                _refresh_quietly(catalog, show=True)
+                _refresh_quietly(catalog, run_id, show=True)
                 raise
-            _refresh_quietly(catalog, show=True)
+            _refresh_quietly(catalog, run_id, show=True)
             raise RunInterrupted(signals.message, signals.signum) from exc
         key = cache_key(spec_hash, inputs, dcaudit.__version__, code, engine)
         earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
@@ -383,7 +383,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                 phase["now"] = "done"
                 note = (f"{name}: unchanged since run {earlier.run_id} (same spec, inputs and code); "
                         "reused its results (--force recomputes)")
-                notes = (note, *_refresh_quietly(catalog, show=quiet))
+                notes = (note, *_refresh_quietly(catalog, run_id, show=quiet))
                 return RunResult(run_id, earlier.run_dir, _load_tables(earlier.run_dir), seconds, notes,
                                  reused_from=earlier.run_id)
             if not quiet:
@@ -407,21 +407,22 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                 fail("failed", f"{type(exc).__name__}: {exc}")
             else:
                 fail("failed", signals.message)   # e.g. DuckDB reports the interrupt as "Query interrupted"
-            _refresh_quietly(catalog, show=True)
+            _refresh_quietly(catalog, run_id, show=True)
             if signals.signum is not None and not isinstance(exc, RunInterrupted):
                 raise RunInterrupted(signals.message, signals.signum) from exc
             raise
         seconds = time.monotonic() - started
         catalog.finish_run(run_id, status="succeeded", seconds=seconds, refresh=False)
         phase["now"] = "done"
-    notes = (*tuple(extra.get("notes", ())), *_refresh_quietly(catalog, show=quiet))
+    notes = (*tuple(extra.get("notes", ())), *_refresh_quietly(catalog, run_id, show=quiet))
     return RunResult(run_id, run_dir, tables, seconds, notes)
 
 
-def _refresh_quietly(catalog: Catalog, *, show: bool) -> tuple[str, ...]:
-    """Refresh catalog.duckdb after a run; a failure is a note, printed here when ``show`` (a failed run, or
-    --quiet: otherwise the run's notes carry it, and the command prints them once)."""
-    note = catalog.try_refresh()
+def _refresh_quietly(catalog: Catalog, run_id: str, *, show: bool) -> tuple[str, ...]:
+    """Refresh catalog.duckdb after run ``run_id`` (extended by that run when it can be); a failure is a
+    note, printed here when ``show`` (a failed run, or --quiet: otherwise the run's notes carry it, and the
+    command prints them once)."""
+    note = catalog.try_refresh(run_id)
     if note is None:
         return ()
     if show:

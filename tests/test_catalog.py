@@ -670,8 +670,11 @@ def test_records_are_parsed_once_across_commands_and_changes_are_seen(tmp_path: 
     first = run_json(home, "run", str(spec_file(bench, "one")))
     second = run_json(home, "run", str(spec_file(bench, "two")))
     cached = json.loads((home / ".records-cache.json").read_text())
-    assert cached["format"] == 1 and {r[2]["run_id"] for r in cached["records"].values()} == {
-        first["run_id"], second["run_id"]}
+    # the second run added its own record to the catalog (and its line to the cache's journal), without
+    # reading the first one's
+    journal = [json.loads(line) for line in (home / ".records-cache.json.journal").read_text().splitlines()]
+    assert cached["format"] == 1 and {r[2]["run_id"] for r in cached["records"].values()} | {
+        line[3]["run_id"] for line in journal} == {first["run_id"], second["run_id"]}
     read: list[str] = []
     real = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (read.append(self.name), real(self, *a, **k))[1])
@@ -696,3 +699,71 @@ def test_records_are_parsed_once_across_commands_and_changes_are_seen(tmp_path: 
     assert catalog_of(home).rebuild().runs == 2
     assert sorted(n for n in read if n.endswith(".json") and not n.startswith(".")) == sorted(
         [f"{first['run_id']}.json", f"{second['run_id']}.json"])
+
+
+def _catalog_state(home: Path) -> dict:
+    """Everything a reader of catalog.duckdb sees, but the build time: tables, views (SQL and rows)."""
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    try:
+        state = {"views": dict(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal "
+                                           "ORDER BY view_name").fetchall()),
+                 "info": con.execute("SELECT key, value FROM catalog_info WHERE key <> 'built_at' ORDER BY key"
+                                     ).fetchall()}
+        for table in ("runs", "left_out"):
+            state[table] = con.execute(f"SELECT * FROM {table}").fetchall()
+        for table in ("_package_files", "_package_schemas"):   # the build's bookkeeping: order is no matter
+            state[table] = sorted(con.execute(f"SELECT * FROM {table}").fetchall())
+        for view in state["views"]:
+            state[f"rows of {view}"] = sorted(map(repr, con.execute(f"SELECT * FROM {view}").fetchall()))
+        return state
+    finally:
+        con.close()
+
+
+def _stamped(home: Path) -> str:
+    return (home / ".catalog.duckdb.fingerprint").read_text().split("\n")[1]
+
+
+def test_a_run_extends_the_catalog_as_a_full_build_would(tmp_path: Path, bench: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first build, each run adds its record and package to catalog.duckdb without listing the
+    workspace (a full refresh costs ~0.2 s a command at 1,000 runs): the catalog it leaves is the one a full
+    build writes — rows, views and their SQL — and is stamped with the workspace's own fingerprint, so
+    readers find it current. A change the run did not make leaves it stale: the next reader rebuilds."""
+    import dcaudit.catalog as catalog_module
+
+    home = tmp_path / "home"
+    builds: list[Path] = []
+    real_build = catalog_module.Catalog._build
+    monkeypatch.setattr(catalog_module.Catalog, "_build",
+                        lambda self, target, *a, **k: builds.append(target) or real_build(self, target, *a, **k))
+    first = run_json(home, "run", str(spec_file(bench, "one")))["run_id"]
+    assert len(builds) == 1                                # no catalog yet: built in full
+    runs = [first]
+    runs.append(run_json(home, "run", str(spec_file(bench, "two")))["run_id"])
+    runs.append(run_json(home, "run", str(spec_file(bench, "one")))["run_id"])          # reused
+    runs.append(run_json(home, "audit", str(bench), "--id", "cid", "--evidence", "e1", "--claim", "y = 1",
+                         "--fiber-rule", "quantile:3")["run_id"])
+    runs.append(run_json(home, "audit", str(bench), "--id", "cid", "--evidence", "e1", "--claim", "y = 1",
+                         "--out", str(tmp_path / "elsewhere"))["run_id"])                 # not served
+    failing = bench.parent / "bad.toml"
+    failing.write_text(f'name = "bad"\n[source]\npath = "{bench}"\nid = "cid"\n[[audits]]\nid = "a"\n'
+                       "claim = 'y = 1'\nevidence = [\"no_such_column\"]\n")
+    assert invoke(home, "run", str(failing)).exit_code != 0                              # recorded failed
+    assert len(builds) == 1, "each later run extended the catalog instead of rebuilding it"
+    catalog = catalog_of(home)
+    assert _stamped(home) == catalog.fingerprint()          # current: no reader rebuilds it
+    appended = _catalog_state(home)
+    statuses = dict((r[0], r[4]) for r in appended["runs"])
+    assert [statuses[r] for r in runs] == ["succeeded", "succeeded", "reused", "succeeded", "succeeded"]
+    assert sorted(statuses.values()).count("failed") == 1
+    catalog.rebuild()
+    assert _catalog_state(home) == appended
+    # a change no run made (a record edited by hand): the next run still extends, the catalog reads stale
+    record = home / "records" / f"{runs[1]}.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "spec": "renamed"}))
+    run_json(home, "run", str(spec_file(bench, "three")))
+    assert _stamped(home) != catalog_of(home).fingerprint()
+    assert invoke(home, "runs").exit_code == 0                # the reader rebuilds
+    assert _stamped(home) == catalog_of(home).fingerprint()
+    assert dict((r[0], r[1]) for r in _catalog_state(home)["runs"])[runs[1]] == "renamed"
