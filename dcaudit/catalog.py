@@ -647,18 +647,19 @@ class Catalog:
                 info = dict(con.execute("SELECT key, value FROM catalog_info").fetchall())
                 if info.get("format") != CATALOG_FORMAT or info.get("home") != str(self.home):
                     raise _CannotAppend
-                shown = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
-                left = con.execute("SELECT count(*) FROM runs WHERE run_dir = ? AND status IN ('damaged', "
-                                   "'incompatible')", [str(run_dir)]).fetchall()[0][0]
+                shown, left, later = con.execute(
+                    "SELECT count_if(run_id = $id), count_if(run_dir = $dir AND status IN ('damaged', 'incompatible')), "
+                    "count_if(started_at IS NULL OR started_at > $at OR (started_at = $at AND run_id > $id)) FROM runs",
+                    {"id": run_id, "dir": str(run_dir), "at": row["started_at"]}).fetchall()[0]
                 if shown or left:   # shown already, or a reuse of a package the catalog leaves out
                     raise _CannotAppend
                 con.register("_new_runs", _runs_table([row]))
                 con.execute("INSERT INTO runs SELECT * FROM _new_runs")
                 con.unregister("_new_runs")
-                # the rows in the order a build inserts them
-                con.execute("CREATE TABLE _runs_ordered AS SELECT * FROM runs ORDER BY started_at, run_id")
-                con.execute("DROP TABLE runs")
-                con.execute("ALTER TABLE _runs_ordered RENAME TO runs")
+                if later:   # the rows in the order a build inserts them (a run sorts last unless runs overlap)
+                    con.execute("CREATE TABLE _runs_ordered AS SELECT * FROM runs ORDER BY started_at, run_id")
+                    con.execute("DROP TABLE runs")
+                    con.execute("ALTER TABLE _runs_ordered RENAME TO runs")
                 if served:
                     files, schema_columns = tables.served_files(served)
                     _insert(con, _FILES, files)
@@ -666,8 +667,9 @@ class Catalog:
                     con.execute(f"INSERT INTO {_SCHEMAS} SELECT * FROM _new_schemas WHERE schema_id NOT IN "
                                 f"(SELECT schema_id FROM {_SCHEMAS})")
                     con.unregister("_new_schemas")
+                    groups = _stored_groups(con, list(tables.groups))
                     for name in tables.groups:
-                        sql = _view_sql(name, _stored_groups(con, name))
+                        sql = _view_sql(name, groups.get(name, []))
                         if sql is not None:
                             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
                 if problems and rec["status"] in ("succeeded", "reused"):
@@ -1416,15 +1418,19 @@ def _insert(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
 _SQL_STRING_OF_FILE = "'''' || replace(f.file, '''', '''''') || ''''"
 
 
-def _stored_groups(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[list[tuple[str, str]], str, str]]:
-    """The groups of :func:`_view_sql` for ``table`` from the catalog's own list of served files: the file
-    list of each schema as the SQL :func:`_sql_string` writes, in package-folder order."""
+def _stored_groups(con: duckdb.DuckDBPyConnection, tables: list[str]
+                   ) -> dict[str, list[tuple[list[tuple[str, str]], str, str]]]:
+    """The groups of :func:`_view_sql` for each of ``tables`` from the catalog's own list of served files: the
+    file list of each schema as the SQL :func:`_sql_string` writes, in package-folder order."""
     rows = con.execute(
-        f"SELECT any_value(s.columns), arg_min(f.file, f.run_dir), "
+        f"SELECT f.table_name, any_value(s.columns), arg_min(f.file, f.run_dir), "
         f"string_agg({_SQL_STRING_OF_FILE}, ', ' ORDER BY f.run_dir) "
-        f"FROM {_FILES} f JOIN {_SCHEMAS} s USING (schema_id) WHERE f.table_name = ? GROUP BY f.schema_id",
-        [table]).fetchall()
-    return [([(str(c), str(k)) for c, k in json.loads(columns)], first, listed) for columns, first, listed in rows]
+        f"FROM {_FILES} f JOIN {_SCHEMAS} s USING (schema_id) WHERE list_contains($tables, f.table_name) "
+        f"GROUP BY f.table_name, f.schema_id", {"tables": tables}).fetchall()
+    out: dict[str, list[tuple[list[tuple[str, str]], str, str]]] = {}
+    for table, columns, first, listed in rows:
+        out.setdefault(table, []).append(([(str(c), str(k)) for c, k in json.loads(columns)], first, listed))
+    return out
 
 
 def _journal(cache: Path) -> Path:

@@ -757,6 +757,16 @@ def test_a_run_extends_the_catalog_as_a_full_build_would(tmp_path: Path, bench: 
     statuses = dict((r[0], r[4]) for r in appended["runs"])
     assert [statuses[r] for r in runs] == ["succeeded", "succeeded", "reused", "succeeded", "succeeded"]
     assert sorted(statuses.values()).count("failed") == 1
+    # a run that started before the last one (runs overlap): its row goes where a build puts it
+    early = f"early-{first}"
+    shutil.copytree(home / "runs" / first, home / "runs" / early)
+    record = json.loads((home / "records" / f"{first}.json").read_text())
+    (home / "records" / f"{early}.json").write_text(json.dumps(
+        {**record, "run_id": early, "run_dir": f"runs/{early}", "started_at": "2000-01-01T00:00:00.000000"}))
+    assert catalog.try_refresh(early) is None and len(builds) == 1
+    assert _stamped(home) == catalog.fingerprint()
+    appended = _catalog_state(home)
+    assert appended["runs"][0][0] == early
     catalog.rebuild()
     assert _catalog_state(home) == appended
     # a change no run made (a record edited by hand): the next run still extends, the catalog reads stale
