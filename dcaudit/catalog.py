@@ -269,9 +269,57 @@ class Catalog:
                 _journal(self.records_cache_path).unlink()   # its lines are in the file now
         self._parsed_fresh = False
 
+    # ------------------------------------------------------------ per-spec indexes of the records
+    # Two small files beside a spec's run lock answer what a run asks of the records without reading every
+    # record of the workspace (~0.08 s at 4,000 runs): which run of the spec may have been killed, and which
+    # earlier run has the same cache key. They are hints: an absent or unreadable one means "look at every
+    # record", and what they name is checked against its record.
+
+    def _spec_file(self, spec: str, what: str) -> Path:
+        return self.home / "locks" / f"{spec}.{what}"
+
+    def _write_hint(self, path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, text.encode(), durable=False)
+        except OSError:   # a hint that cannot be kept must not be believed: without it, records are read
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _in_flight(self, spec: str) -> list[str] | None:
+        """The run of ``spec`` that started and has not recorded its end (``locks/<spec>.running``); None
+        when the spec has no such file (its runs so far were made by an older dcaudit)."""
+        try:
+            return [i for i in self._spec_file(spec, "running").read_text().split() if _RUN_ID.match(i)]
+        except (OSError, ValueError):
+            return None
+
+    def _reuse_hint(self, spec: str) -> dict[str, str] | None:
+        """cache key -> the latest succeeded run of ``spec`` with it (``locks/<spec>.reuse.json``)."""
+        try:
+            hint = json.loads(self._spec_file(spec, "reuse.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return {str(k): str(v) for k, v in hint.items()} if isinstance(hint, dict) else None
+
+    def _note_succeeded(self, record: dict) -> None:
+        spec, key = record.get("spec"), record.get("cache_key")
+        if not isinstance(spec, str) or not isinstance(key, str):
+            return
+        hint = self._reuse_hint(spec)
+        if hint is None:   # the first run of the spec to keep one: every earlier key, once
+            rows = sorted((r for r in self.records() if r.get("spec") == spec and r.get("status") == "succeeded"
+                           and isinstance(r.get("cache_key"), str)),
+                          key=lambda r: (str(r.get("started_at") or ""), r["run_id"]))
+            hint = {r["cache_key"]: r["run_id"] for r in rows}
+        hint[key] = record["run_id"]
+        self._write_hint(self._spec_file(spec, "reuse.json"), json.dumps(hint, sort_keys=True))
+
     def start_run(self, run_id: str, *, spec: str, spec_hash: str, input_hashes: Mapping[str, str],
                   package_version: str, git_sha: str | None, run_dir: Path, cache_key: str | None = None,
                   code_hash: str | None = None) -> None:
+        # first the note that this run is in flight: a run killed after its record is written is found by it
+        self._write_hint(self._spec_file(spec, "running"), run_id)
         self._write_record(_record(
             run_id=run_id, spec=spec, spec_hash=spec_hash, input_hashes=dict(input_hashes), status="running",
             started_at=_now(), package_version=package_version, git_sha=git_sha, run_dir=self._stored_dir(run_dir),
@@ -307,14 +355,24 @@ class Catalog:
             raise DcauditError(f"no record of run {run_id!r} in {self.records_dir}")
         record.update(status=status, finished_at=_now(), seconds=seconds, error=error)
         self._write_record(record)
+        spec = record.get("spec")
+        if isinstance(spec, str):
+            if status == "succeeded":
+                self._note_succeeded(record)
+            if self._in_flight(spec) == [run_id]:
+                self._write_hint(self._spec_file(spec, "running"), "")
         return self.try_refresh(run_id) if refresh else None
 
     def mark_stale_runs_failed(self, spec: str) -> list[str]:
         """Call holding the spec's run lock: any run of it still 'running' belongs to a process that died.
 
-        Returns their run ids (so the caller can remove what they left in ``runs/.partial``)."""
+        Only the run the spec's in-flight note names is looked at (every record of the workspace when the
+        spec has no note). Returns their run ids (so the caller can remove what they left in
+        ``runs/.partial``)."""
+        named = self._in_flight(spec)
+        records = self.records() if named is None else [r for r in map(self.read_record, named) if r]
         ids = []
-        for rec in self.records():
+        for rec in records:
             if rec.get("spec") == spec and rec.get("status") == "running":
                 rec.update(status="failed", finished_at=_now(), error=_INTERRUPTED)
                 self._write_record(rec)
@@ -331,8 +389,21 @@ class Catalog:
                       key=lambda r: (str(r.get("started_at") or ""), r["run_id"]), reverse=True)
         return [self._run_record(r) for r in rows[:limit]]
 
-    def find_reusable(self, cache_key: str) -> RunRecord | None:
-        """The latest succeeded run with this cache key (its package may still need verifying)."""
+    def find_reusable(self, cache_key: str, spec: str | None = None) -> RunRecord | None:
+        """The latest succeeded run with this cache key (its package may still need verifying).
+
+        With ``spec``, the spec's reuse note answers without reading every record: a cache key hashes the
+        code too, so every succeeded run with this key was made by this code, which notes each one; a key
+        the note lacks has no such run (at worst, with a note lost, a result is computed again)."""
+        if spec is not None:
+            hint = self._reuse_hint(spec)
+            if hint is not None:
+                named = hint.get(cache_key)
+                rec = self.read_record(named) if named is not None and _RUN_ID.match(named) else None
+                if named is None:
+                    return None
+                if rec is not None and rec.get("status") == "succeeded" and rec.get("cache_key") == cache_key:
+                    return self._run_record(rec)
         rows = self._latest(lambda r: r.get("status") == "succeeded" and r.get("cache_key") == cache_key, 1)
         return rows[0] if rows else None
 

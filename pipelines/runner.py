@@ -372,7 +372,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
             _refresh_quietly(catalog, run_id, show=True)
             raise RunInterrupted(signals.message, signals.signum) from exc
         key = cache_key(spec_hash, inputs, dcaudit.__version__, code, engine)
-        earlier = catalog.find_reusable(key) if reuse and out_dir is None else None
+        earlier = catalog.find_reusable(key, name) if reuse and out_dir is None else None
         if earlier is not None and report and not (earlier.run_dir / "report.html").is_file():
             earlier = None  # made with --no-report: a run that asks for the report computes it afresh
         if earlier is not None:
