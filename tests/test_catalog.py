@@ -767,6 +767,11 @@ def test_a_run_extends_the_catalog_as_a_full_build_would(tmp_path: Path, bench: 
     assert _stamped(home) == catalog.fingerprint()
     appended = _catalog_state(home)
     assert appended["runs"][0][0] == early
+    # an extended catalog keeps its storage version: the DuckDB 1.5 shell reads it
+    shell = Path(sys.executable).parent / "duckdb"
+    out = subprocess.run([str(shell), "-readonly", "-csv", str(home / "catalog.duckdb"),
+                          "select count(*) from runs"], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["count_star()", str(len(appended["runs"]))]
     catalog.rebuild()
     assert _catalog_state(home) == appended
     # a change no run made (a record edited by hand): the next run still extends, the catalog reads stale
