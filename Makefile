@@ -8,7 +8,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Use the shared mirror when it sits beside the repo (as in CI); DCAUDIT_MIRROR overrides.
 export DCAUDIT_MIRROR ?= $(if $(wildcard $(CURDIR)/../shared/data/MANIFEST.md),$(abspath $(CURDIR)/../shared/data),)
 
-.PHONY: help install lock test lint bench bench-1e8 bench-deepchecks audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
+.PHONY: help install lock test lint bench bench-1e8 bench-1e9 bench-deepchecks audit-tox21 audit-jarvis audit-matbench audit-vision audit-all simulate clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -51,8 +51,11 @@ bench: install  ## performance benchmarks (1e6, 1e7 synthetic, whole commands, T
 	$(PY) bench/jarvis_replay.py
 	$(PY) bench/vision.py
 
-bench-1e8: install  ## fiber audit of 1e8 candidates x 8 binary columns (DuckDB memory_limit 8GB, spills beyond)
-	$(PY) bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas --memory-limit 8GB
+bench-1e8: install  ## fiber audit of 1e8 candidates x 8 binary columns (DuckDB memory_limit 8GB, spills beyond) vs polars streaming
+	$(PY) bench/suite.py --sizes 1e8 --only fiber_audit:exact --no-pandas --polars --memory-limit 8GB
+
+bench-1e9: install  ## the same at 1e9 candidates (generates a 1.8 GB Parquet file in $DCAUDIT_HOME/bench first: ~2.5 min)
+	$(PY) bench/suite.py --sizes 1e9 --only fiber_audit:exact --no-pandas --polars --memory-limit 8GB
 
 DEEPCHECKS_VENV := $(DCAUDIT_HOME)/bench/deepchecks-venv
 bench-deepchecks: install  ## dcaudit vs deepchecks ConflictingLabels (its own venv: bench/peers/deepchecks.lock)
