@@ -399,9 +399,9 @@ class Catalog:
             hint = self._reuse_hint(spec)
             if hint is not None:
                 named = hint.get(cache_key)
-                rec = self.read_record(named) if named is not None and _RUN_ID.match(named) else None
                 if named is None:
                     return None
+                rec = self.read_record(named) if _RUN_ID.match(named) else None
                 if rec is not None and rec.get("status") == "succeeded" and rec.get("cache_key") == cache_key:
                     return self._run_record(rec)
         rows = self._latest(lambda r: r.get("status") == "succeeded" and r.get("cache_key") == cache_key, 1)
