@@ -464,21 +464,38 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
         rows = con.sql(sql).to_arrow_table()
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
-    order = arrays.values(rows["_row"], np.int64)
-    if len(order) > 1 and not bool((order[1:] > order[:-1]).all()):  # not expected: DuckDB kept the scan order
-        rows = rows.take(arrays.int64(np.argsort(order, kind="stable")))
+    if not _rising(rows["_row"]):  # not expected: DuckDB kept the scan order
+        rows = rows.take(arrays.int64(np.argsort(arrays.values(rows["_row"], np.int64), kind="stable")))
+    n = rows.num_rows
+    fiber_key, status_code = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8)
     if one_bin:
         codes = _bin_codes(rows["_x"], ev.cuts[ev.evidence.columns[0]], ranges[0], radix,
                            None if never else ~arrays.valid(rows["excluded_reason"]))
-    else:
-        codes = arrays.values(rows["_pk"], np.int64)
-    fiber_key = fiber_of[codes]
-    status = pa.DictionaryArray.from_arrays(
-        pa.Array.from_buffers(pa.uint8(), len(codes), [None, pa.py_buffer(np.ascontiguousarray(status_of[codes]))]),
-        arrays.strings(CANDIDATE_STATUSES))
+        np.take(fiber_of, codes, out=fiber_key)
+        np.take(status_of, codes, out=status_code)
+    else:   # chunk by chunk: the packed keys are looked up where DuckDB left them, not copied first
+        at = 0
+        for part in arrays.chunk_values(rows["_pk"], np.int64):
+            np.take(fiber_of, part, out=fiber_key[at:at + len(part)])
+            np.take(status_of, part, out=status_code[at:at + len(part)])
+            at += len(part)
+    status = pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(status_code)]),
+                                            arrays.strings(CANDIDATE_STATUSES))
     return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
                      "claim_value": rows["claim_value"], "status": status,
-                     "excluded_reason": pa.nulls(len(codes), pa.string()) if never else rows["excluded_reason"]})
+                     "excluded_reason": pa.nulls(n, pa.string()) if never else rows["excluded_reason"]})
+
+
+def _rising(rows: pa.ChunkedArray) -> bool:
+    """Whether the row numbers rise strictly, read chunk by chunk without a copy."""
+    last = None
+    for part in arrays.chunk_values(rows, np.int64):
+        if not len(part):
+            continue
+        if (last is not None and part[0] <= last) or not bool((part[1:] > part[:-1]).all()):
+            return False
+        last = part[-1]
+    return True
 
 
 def _bin_codes(x: pa.ChunkedArray, cuts: list[float], bins: tuple[int, int], radix: int,

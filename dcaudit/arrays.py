@@ -8,7 +8,7 @@ as :func:`dcaudit.storage.constant_strings` and the input contract's row numbers
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -195,8 +195,20 @@ def valid(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def values(array: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
-    """The values of a primitive (numeric or boolean) array as numpy; NULL slots hold whatever the buffer holds."""
-    arr = _single(array)
+    """The values of a primitive (numeric or boolean) array as numpy; NULL slots hold whatever the buffer holds.
+
+    A view of the Arrow buffer (read-only) when the array is one chunk of that type already; a copy otherwise."""
+    return _chunk_values(_single(array), dtype)
+
+
+def chunk_values(array: pa.Array | pa.ChunkedArray, dtype: type) -> Iterator[np.ndarray]:
+    """:func:`values` chunk by chunk, in order: a large result of DuckDB comes as several chunks, and joining
+    them copies every value (~0.2 s for two columns of 1e7 rows) where a view per chunk copies none."""
+    for chunk in (array.chunks if isinstance(array, pa.ChunkedArray) else (array,)):
+        yield _chunk_values(chunk, dtype)
+
+
+def _chunk_values(arr: pa.Array, dtype: type) -> np.ndarray:
     n = len(arr)
     buf = arr.buffers()[1]
     if pa.types.is_boolean(arr.type):
@@ -205,4 +217,4 @@ def values(array: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
     width = arr.type.bit_width // 8
     kind = "f" if pa.types.is_floating(arr.type) else ("u" if pa.types.is_unsigned_integer(arr.type) else "i")
     raw = np.frombuffer(buf, dtype=np.dtype(f"{kind}{width}"), count=n, offset=arr.offset * width) if n else np.zeros(0)
-    return raw.astype(dtype)
+    return raw.astype(dtype, copy=False)   # callers only read: no copy when the type already matches
