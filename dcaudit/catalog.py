@@ -38,7 +38,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1249,7 +1249,7 @@ class _VerifyCache:
         return schema
 
     def _intern(self, schema: list) -> str:
-        sid = hashlib.sha256(json.dumps(schema).encode()).hexdigest()[:16]
+        sid = _schema_id(schema)[0]
         self.schemas.setdefault(sid, schema)
         return sid
 
@@ -1422,7 +1422,7 @@ class _TableFiles:
                       {"schema_id": "string", "columns": "string"}))
 
 
-def _schema_id(schema: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> tuple[str, str]:
+def _schema_id(schema: Iterable[Iterable[str]]) -> tuple[str, str]:
     """(an id, the JSON text) of a file's schema as [[column, kind], ...]."""
     text = json.dumps([list(c) for c in schema])
     return hashlib.sha256(text.encode()).hexdigest()[:16], text

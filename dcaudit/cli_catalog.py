@@ -15,8 +15,9 @@ def catalog() -> None:
     """catalog.duckdb is derived from the run records and packages: rebuild it, or check the packages.
 
     \b
-    Every command that reads the catalog rebuilds it when it is missing, truncated, corrupt or out of
-    date, so `rebuild` is rarely needed; `check` hashes every package file against its manifest.
+    A run adds itself to the catalog when it ends, and every command that reads the catalog rebuilds it
+    when it is missing, truncated, corrupt or out of date, so `rebuild` is rarely needed; `check` hashes
+    every package file against its manifest.
     """
 
 
