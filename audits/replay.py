@@ -502,6 +502,8 @@ def calibration_members(con: duckdb.DuckDBPyConnection, relation: str, *, id_col
 # of its hash combiner), so the part that depends on the candidate is computed once per candidate and
 # each seed costs one XOR, one remainder and one comparison per candidate — in numpy, over blocks that
 # stay in cache, candidates sorted by (fiber, claim) so that a block's counts are segment sums.
+# ``murmur(0)`` is 0, so ``hash(h, 0)`` is the candidate's part alone: DuckDB computes it in the query that
+# reads the candidates (:func:`candidate_part_sql`, on every thread) instead of numpy on one.
 # ``_hash_matches`` checks the formula against DuckDB itself before every use; if a DuckDB version
 # hashed differently, the replay falls back to the SQL pass (same splits by definition).
 
@@ -528,6 +530,12 @@ def _candidate_part(h: np.ndarray) -> np.ndarray:
     return a
 
 
+def candidate_part_sql(h: str) -> str:
+    """SQL for :func:`_candidate_part` of the UBIGINT expression ``h`` (an id's hash): ``hash(h, 0)``, as the
+    seed's half of the combined hash vanishes at seed 0 (checked by :func:`_hash_matches`)."""
+    return f"hash({h}, 0::BIGINT)"
+
+
 def _split_hashes(h: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     """``hash(h, seed)`` for every (h, seed) pair of the two aligned arrays, as DuckDB computes it."""
     with np.errstate(over="ignore"):
@@ -537,11 +545,14 @@ def _split_hashes(h: np.ndarray, seeds: np.ndarray) -> np.ndarray:
 def _hash_matches(con: duckdb.DuckDBPyConnection) -> bool:
     """True when :func:`_split_hashes` reproduces this DuckDB's ``hash(h, seed)`` (checked on a sample)."""
     # small seeds and seeds across the whole accepted range (±2^62, negative ones too): all their bits count
-    got = con.execute("SELECT hash(i * 7919) AS h, s, hash(hash(i * 7919), s) AS hs FROM (SELECT i, "
+    got = con.execute(f"SELECT hash(i * 7919) AS h, s, hash(hash(i * 7919), s) AS hs, "
+                      f"{candidate_part_sql('hash(i * 7919)')} AS a FROM (SELECT i, "
                       "CASE WHEN i % 2 = 0 THEN i - 40 ELSE (i - 40) * 115292150460684697 + i END AS s "
                       "FROM range(80) t(i))").fetchnumpy()
-    want = np.asarray(got["hs"], dtype=np.uint64)
-    return bool(np.array_equal(_split_hashes(np.asarray(got["h"], dtype=np.uint64), np.asarray(got["s"])), want))
+    h, want = np.asarray(got["h"], dtype=np.uint64), np.asarray(got["hs"], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        parts = np.array_equal(_candidate_part(h), np.asarray(got["a"], dtype=np.uint64))
+    return parts and bool(np.array_equal(_split_hashes(h, np.asarray(got["s"])), want))
 
 
 def split_formula_matches(con: duckdb.DuckDBPyConnection) -> bool:
@@ -553,8 +564,17 @@ def split_counts(h: np.ndarray, group: np.ndarray, n_groups: int, seeds: np.ndar
                  threads: int = 1) -> np.ndarray:
     """Calibration members per (seed, group): ``out[s, g]`` = #{i : group[i] = g and
     hash(h[i], seeds[s]) % SPLIT_BUCKETS < threshold}, the replay's split, without a row per (i, s)."""
+    with np.errstate(over="ignore"):
+        parts = _candidate_part(h)
+    return split_counts_of_parts(parts, group, n_groups, seeds, threshold, threads)
+
+
+def split_counts_of_parts(parts: np.ndarray, group: np.ndarray, n_groups: int, seeds: np.ndarray, threshold: int,
+                          threads: int = 1) -> np.ndarray:
+    """:func:`split_counts` from the candidates' parts of the hash (:func:`_candidate_part` of ``h``, or
+    :func:`candidate_part_sql` computed by DuckDB)."""
     order = np.argsort(group.astype(np.uint16) if n_groups <= 1 << 16 else group, kind="stable")
-    a = _candidate_part(h)[order]
+    a = np.asarray(parts, dtype=np.uint64)[order]
     g = np.asarray(group)[order]
     del order
     with np.errstate(over="ignore"):
@@ -641,9 +661,15 @@ def fiber_replays(
     configs: Sequence[ReplayConfig],
     labels: AuditLabels,
     engine: Engine | None = None,
+    candidates: pa.Table | None = None,
 ) -> list[ReplayResult]:
     """One replay per config from one pass of split counts (the stage's ``compare_modes``): the configs may
-    certify and price differently, but must draw the same splits (seeds, seed_offset, calibration_fraction)."""
+    certify and price differently, but must draw the same splits (seeds, seed_offset, calibration_fraction).
+
+    ``candidates``: the candidates table of the fiber audit of this evidence map and claim over ``relation``
+    (:func:`dcaudit.audits.fibers.audit_fibers`), when the caller has it. On DuckDB the split pass then reads
+    its ids, fibers and claim values instead of the relation: the same counts, without casting every id to
+    text and evaluating the evidence a second time (~0.25 s at 1e7 candidates)."""
     if evidence.rule.is_window:
         raise SpecError(f"fiber rule {evidence.rule} is a window; use replay_windows (tolerance = …)")
     if len({(c.seeds, c.seed_offset, c.threshold) for c in configs}) > 1:
@@ -654,8 +680,13 @@ def fiber_replays(
         from dcaudit.audits.engine import DuckDBEngine
 
         engine = DuckDBEngine(con)
-    ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation), engine=engine)
-    counts = engine.split_counts(ev, configs[0])
+    counts = None
+    if candidates is not None and engine.name == "duckdb":
+        counts = candidates_split_counts(con, candidates, configs[0])
+    label = label_of(relation)
+    if counts is None:
+        ev = evidence_select(con, relation, id_column, evidence, claim, _columns_of(con, relation), engine=engine)
+        counts, label = engine.split_counts(ev, configs[0]), ev.label or label
     excluded = np.asarray(counts["seed_index"]) < 0
     names = ReplayLabels(labels.source, labels.audit_id, claim.text, evidence.label, str(evidence.rule), "fiber",
                          int(np.asarray(counts["n"])[excluded].sum()))
@@ -665,7 +696,7 @@ def fiber_replays(
     n_seeds = int(configs[0].seeds)
     check_both_halves(np.bincount(seed_index, weights=np.where(np.asarray(kept["cal"], dtype=bool), n, 0),
                                   minlength=n_seeds), np.bincount(seed_index, weights=n, minlength=n_seeds),
-                      int(configs[0].seed_offset), file=ev.label or label_of(relation))
+                      int(configs[0].seed_offset), file=label)
     out = []
     for config in configs:
         ps = _fiber_outcomes(kept, config, labels.model)
@@ -726,25 +757,27 @@ def split_halves(n: np.ndarray, t: np.ndarray, n_cal: np.ndarray, t_cal: np.ndar
 _FAST_BYTES_PER_CANDIDATE = 48  # id hash, packed key, claim, their fiber-sorted copies, numpy temporaries
 
 
-def _fits_in_memory(con: duckdb.DuckDBPyConnection, relation: str) -> bool:
-    """The numpy split counts hold ~48 bytes per candidate: within the memory limit, else the SQL pass
-    (which streams candidates × seeds within DuckDB's limit, spilling if it must)."""
+def _fits_in_memory(con: duckdb.DuckDBPyConnection, relation: str | int) -> bool:
+    """The numpy split counts hold ~48 bytes per candidate (of ``relation``, or that many): within the memory
+    limit, else the SQL pass (which streams candidates × seeds within DuckDB's limit, spilling if it must)."""
     limit_bytes = memory_limit_bytes(con)
     if not limit_bytes:
         return True
-    n = int(con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0])
+    n = relation if isinstance(relation, int) else int(
+        con.execute(f"SELECT count(*) FROM {relation}").fetchall()[0][0])
     return n * _FAST_BYTES_PER_CANDIDATE <= limit_bytes
 
 
 def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, evidence: EvidenceMap,
                         claim: Claim, config: SplitDesign) -> dict[str, np.ndarray]:
     """Members and trues per (seed, fiber, half), as :func:`_fiber_split_counts_sql`, from one pass
-    over the candidates (hash of the id, fiber, claim) and :func:`split_counts` in numpy.
+    over the candidates (hash of the id, fiber, claim) and :func:`split_counts_of_parts` in numpy.
 
-    The fiber of a candidate is its packed key (small-integer key parts, as the audit packs them) made
-    dense, else ``dense_rank()`` over the key parts. Fiber numbers only name fibers: the outcomes are
-    sums over them. A row per fiber and seed for each half (empty halves as zeros); excluded candidates
-    as one row with seed_index -1.
+    The fiber of a candidate is its packed key (small-integer key parts, as the audit packs them), numbered
+    in the order of its key parts (:func:`_key_order`), else ``dense_rank()`` over the key parts: the audit's
+    ``fiber_key`` and the SQL pass number fibers alike, so every path sums the outcomes' floats in one order.
+    A row per fiber and seed for each half (empty halves as zeros); excluded candidates as one row with
+    seed_index -1.
     """
     tag = next(_counter)
     ev_t = f"_rev_{tag}"
@@ -758,8 +791,8 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
             radix, fiber_sql = 0, f"CAST(dense_rank() OVER (ORDER BY {', '.join(ev.key_columns)}) AS BIGINT)"
         # no candidate can be excluded (no NULLs, no division): the reason is not evaluated per candidate
         never = _never_excluded(con, relation, evidence, claim)
-        rows = con.execute(f"SELECT hash(candidate_id) AS h, {fiber_sql} AS f, y FROM {ev_t}"
-                           + ("" if never else " WHERE reason IS NULL")).fetchnumpy()
+        rows = con.execute(f"SELECT {candidate_part_sql('hash(candidate_id)')} AS a, {fiber_sql} AS f, y "
+                           f"FROM {ev_t}" + ("" if never else " WHERE reason IS NULL")).fetchnumpy()
         n_excluded = 0 if never else int(
             con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
         threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
@@ -770,26 +803,75 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
                          file=ev.label or relation) from None
     finally:
         con.execute(f"DROP VIEW IF EXISTS {ev_t}")
-    h = np.asarray(rows["h"], dtype=np.uint64)
+    parts = np.asarray(rows["a"], dtype=np.uint64)
     key = np.asarray(rows["f"], dtype=np.int64)
     y = np.asarray(rows["y"], dtype=bool)
     del rows
-    if radix and radix <= 1 << 26:  # dense numbers from a presence table: no sort
-        present = np.bincount(key, minlength=radix) > 0
-        fiber = (np.cumsum(present) - 1)[key]
+    if ranges is None:  # dense_rank() numbered them in key order already
+        fiber = np.unique(key, return_inverse=True)[1]
+    elif radix <= 1 << 26:  # a lookup table over the packed keys: no sort
+        present = np.flatnonzero(np.bincount(key, minlength=radix))
+        lookup = np.empty(radix, dtype=np.int64)
+        lookup[present] = _key_order(present, ranges)
+        fiber = lookup[key]
     else:
-        _, fiber = np.unique(key, return_inverse=True)
+        distinct, inverse = np.unique(key, return_inverse=True)
+        fiber = _key_order(distinct, ranges)[inverse]
     del key
+    return _split_counts_by_fiber(parts, fiber, y, n_excluded, config, threads)
+
+
+def _key_order(packed: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """For distinct packed keys (:func:`packed_terms`), each one's rank in the order of its key parts — the
+    first part first, NULL after every value, as the audit numbers fibers (``ORDER BY k0, k1, … NULLS LAST``)."""
+    codes, radix = [], 1
+    for lo, hi in ranges:
+        base = hi - lo + 2
+        digit = (packed // radix) % base
+        codes.append(np.where(digit == 0, base, digit))  # digit 0 is NULL: after every value
+        radix *= base
+    order = np.lexsort(codes[::-1])  # lexsort's last key is its first: the first part
+    rank = np.empty(len(packed), dtype=np.int64)
+    rank[order] = np.arange(len(packed), dtype=np.int64)
+    return rank
+
+
+def _split_counts_by_fiber(parts: np.ndarray, fiber: np.ndarray, y: np.ndarray, n_excluded: int,
+                           config: SplitDesign, threads: int) -> dict[str, np.ndarray]:
+    """The engine-format split counts (:func:`split_halves`) of the audited candidates: their parts of the id
+    hash, fibers (0 … F−1) and claim values."""
     n_fibers = int(fiber.max(initial=-1)) + 1
     group = 2 * fiber + y
     n = np.bincount(fiber, minlength=n_fibers).astype(np.int64)
     t = np.bincount(fiber, weights=y, minlength=n_fibers).astype(np.int64)
     seeds = np.arange(int(config.seed_offset), int(config.seed_offset) + int(config.seeds), dtype=np.int64)
-    cal = split_counts(h, group, 2 * n_fibers, seeds, config.threshold, threads=threads)
-    del h, group, fiber, y
+    cal = split_counts_of_parts(parts, group, 2 * n_fibers, seeds, config.threshold, threads=threads)
+    del group
     n_cal = cal[:, 0::2] + cal[:, 1::2]  # (seed, fiber)
     t_cal = cal[:, 1::2]
     return split_halves(n, t, n_cal, t_cal, n_excluded)
+
+
+def candidates_split_counts(con: duckdb.DuckDBPyConnection, candidates: pa.Table,
+                            design: SplitDesign) -> dict[str, np.ndarray] | None:
+    """The split counts from a fiber audit's candidates table (``candidate_id`` as text, ``fiber_key``,
+    ``claim_value``; excluded candidates without a fiber) — the same counts the engine's pass finds over the
+    audited relation with that evidence map and claim, without reading the relation again (the ids' cast to
+    text and the evidence are the audit's). None when the numpy pass cannot run (this DuckDB hashes by
+    another formula, or the candidates outgrow the memory limit): the caller runs the engine's pass."""
+    if not _hash_matches(con) or not _fits_in_memory(con, candidates.num_rows):
+        return None
+    name = f"_rcand_{next(_counter)}"
+    con.register(name, candidates.select(["candidate_id", "fiber_key", "claim_value"]))
+    try:
+        rows = con.execute(f"SELECT {candidate_part_sql('hash(candidate_id)')} AS a, fiber_key AS f, "
+                           f"claim_value AS y FROM {name} WHERE fiber_key IS NOT NULL").fetchnumpy()
+        threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    finally:
+        con.unregister(name)
+    fiber = np.asarray(rows["f"], dtype=np.int64)
+    return _split_counts_by_fiber(np.asarray(rows["a"], dtype=np.uint64), fiber, np.asarray(rows["y"], dtype=bool),
+                                  candidates.num_rows - len(fiber), design, threads)
 
 
 def _fiber_split_counts_sql(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, claim: Claim,
@@ -1430,9 +1512,12 @@ def replay_stage(ctx: StageContext) -> StageTables:
                                    config=section.config, labels=labels, model_column=section.model_column)
         else:  # every certification mode from one pass of split counts, on the run's engine
             modes = tuple(dict.fromkeys((section.config.mode, *section.compare_modes)))
+            # the audit's candidates of this evidence and claim, when the fiber stage made them over all rows
+            audited = ctx.audits.get(audit_id) if task.per is None and task.identity is None else None
             results = fiber_replays(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                                     claim=task.claim, configs=[dataclasses.replace(section.config, mode=m)
-                                                               for m in modes], labels=labels, engine=ctx.engine)
+                                                               for m in modes], labels=labels, engine=ctx.engine,
+                                    candidates=audited.candidates if audited is not None else None)
             result = results[0]
         out.append(result.replay)
         costs.append(result.costs)

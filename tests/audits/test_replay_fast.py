@@ -153,3 +153,77 @@ def test_an_empty_half_is_the_same_error_on_the_numpy_and_the_sql_pass(monkeypat
     monkeypatch.setattr(rp, "_hash_matches", lambda con: False)  # the SQL pass over candidates × seeds
     with pytest.raises(InputError, match=message):
         run()
+
+
+def _outcome(run) -> object:  # noqa: ANN001 - a thunk returning a ReplayResult
+    """A replay's tables, or the message of the InputError it stops with (an empty half)."""
+    from dcaudit.errors import InputError
+
+    try:
+        result = run()
+    except InputError as exc:
+        return str(exc)
+    return result.replay, result.costs
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return a[0].equals(b[0]) and a[1].equals(b[1])  # type: ignore[index]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 150), seeds=st.integers(1, 6), rule=st.sampled_from(["exact", "quantile:3", "width:0.5"]),
+       missing=st.sampled_from(["drop", "as-value"]), ids=st.sampled_from(["int", "text"]), data=st.data())
+def test_the_replay_from_the_audits_candidates_is_the_replay(n: int, seeds: int, rule: str, missing: str, ids: str,
+                                                             data: st.DataObject) -> None:
+    """The stage hands the fiber audit's candidates to the replay, whose split pass then reads their ids, fibers
+    and claim values instead of the relation: every table is identical, bit for bit, to the replay's own pass in
+    numpy and to the SQL pass that defines the split (fibers numbered alike on all three, NULL keys last)."""
+    from unittest import mock
+
+    from dcaudit.audits.fibers import audit_fibers
+
+    a = data.draw(st.lists(st.sampled_from([-3, 0, 2, None]), min_size=n, max_size=n))
+    b = data.draw(st.lists(st.sampled_from([5, 7, None]), min_size=n, max_size=n))
+    x = data.draw(st.lists(st.sampled_from([0.1, 0.7, 1.3, 2.2, None]), min_size=n, max_size=n))
+    y = data.draw(st.lists(st.sampled_from([0, 1, 1, None]), min_size=n, max_size=n))
+    table = pa.table({"id": list(range(n)) if ids == "int" else [f"c{i}" for i in range(n)],
+                      "a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64()), "x": pa.array(x, pa.float64()),
+                      "y": pa.array(y, pa.int64())})
+    evidence = EvidenceMap(("a", "b") if rule == "exact" else ("x",), parse_fiber_rule(rule), missing=missing)
+    claim = parse_claim("y = 1")
+    con = duckdb.connect()
+    con.register("t", table)
+    cfg = rp.ReplayConfig(seeds=seeds, min_support=2, prices=(0.01, 0.2))
+    audit = audit_fibers(con, "t", id_column="id", evidence=evidence, claim=claim, labels=LABELS)
+
+    def replay(candidates: pa.Table | None = None) -> object:
+        return _outcome(lambda: rp.fiber_replays(con, "t", id_column="id", evidence=evidence, claim=claim,
+                                                 configs=(cfg,), labels=LABELS, candidates=candidates)[0])
+
+    reused, own = replay(audit.candidates), replay()
+    with mock.patch.object(rp, "_hash_matches", lambda con: False):
+        sql = replay()
+    assert _same(reused, own) and _same(own, sql)
+
+
+def test_fast_pass_numbers_fibers_as_the_audit_does() -> None:
+    """Fiber f of the numpy pass is the audit's fiber_key f (and dense_rank − 1 of the SQL pass): key parts in
+    order, the first part first, NULL after every value."""
+    table = pa.table({"id": list(range(12)), "a": [1, None, -2, 1, None, -2, 1, 0, 0, None, 1, -2],
+                      "b": [3, 3, None, 4, 4, 3, None, 3, 4, None, 3, 3], "y": [1, 0] * 6})
+    con = duckdb.connect()
+    con.register("t", table)
+    evidence, claim = EvidenceMap(("a", "b"), missing="as-value"), parse_claim("y = 1")
+    from dcaudit.audits.fibers import audit_fibers
+
+    cands = audit_fibers(con, "t", id_column="id", evidence=evidence, claim=claim, labels=LABELS).candidates
+    ev = evidence_select(con, "t", "id", evidence, claim, table.column_names)
+    fast = rp._fiber_split_counts(con, "t", ev, evidence, claim, rp.ReplayConfig(seeds=1, min_support=1))
+    # seed 0, both halves: members per fiber number
+    keep = np.asarray(fast["seed_index"]) == 0
+    members = np.bincount(np.asarray(fast["f"])[keep], weights=np.asarray(fast["n"])[keep])
+    assert members.tolist() == np.bincount(cands["fiber_key"].to_numpy()).tolist()
+    # (-2, 3), (-2, NULL), (0, 3), (0, 4), (1, 3), (1, 4), (1, NULL), (NULL, 3), (NULL, 4), (NULL, NULL)
+    assert members.tolist() == [2, 1, 1, 1, 2, 1, 1, 1, 1, 1]
