@@ -4,7 +4,7 @@ polars scripts doing the same work (bench/peers/), each a fresh process under ``
 ``dcaudit-cli`` / ``pandas-script`` / ``polars-script`` / ``duckdb-script``; ``ratio_vs_pandas`` is the pandas script's
 wall time over this row's, and settings carry CPU seconds, the CPU ratio and the command.
 
-    .venv/bin/python bench/whole.py                 # Tox21 audit, replay, completion; JARVIS replay; 1e6, 1e7 audits
+    .venv/bin/python bench/whole.py                 # Tox21 audit, replay, completion; JARVIS replay; 1e6, 1e7 audits and replays
     .venv/bin/python bench/whole.py --only tox21_audit --repeat 5
 
 Python byte-code must be cached for fair start-up numbers (a user's installed package has it):
@@ -151,6 +151,15 @@ def cases(out: Path, only: set[str] | None = None) -> dict[str, dict[str, list[s
                               "--claim-column", "y", "--out", str(out / "pe7")],
             "polars-script": [PY, str(peers / "audit_polars.py"), m7, "--id", "candidate_id", "--evidence", ev,
                               "--claim-column", "y", "--out", str(out / "le7")]}
+    if only is None or "whole:replay:10_1e7" in only:
+        m7 = str(dataset(10_000_000))
+        table["whole:replay:10_1e7"] = {
+            "dcaudit-cli": [DCAUDIT, "replay", m7, "--id", "candidate_id", "--evidence", ev, "--claim", "y = 1",
+                            "--seeds", "10", "--min-support", "50", "--out", str(out / "dr7"), "--force", "--no-report"],
+            "pandas-script": [PY, str(peers / "replay_pandas.py"), m7, "--evidence", ev, "--claim-column", "y",
+                              "--seeds", "10", "--min-support", "50"],
+            "polars-script": [PY, str(peers / "replay_polars.py"), m7, "--evidence", ev, "--claim-column", "y",
+                              "--seeds", "10", "--min-support", "50"]}
     if only is None or "whole:jarvis_replay:50" in only:
         spec, jarvis = jarvis_spec(out)
         window_args = [jarvis, "--x", JARVIS_X, "--reference", JARVIS_REF, "--label-column", JARVIS_LABEL,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import duckdb
 import pyarrow as pa
@@ -85,7 +85,12 @@ from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
 from dcaudit.source_query import LABEL, SourceQuery, query_table
 from dcaudit.spec import SOURCE_KEYS, AuditTask, PipelineSpec, check_implied_per
-from dcaudit.storage import concat, read_table, verify_package, write_package
+from dcaudit.storage import PackageWriter, concat, read_table, verify_package
+
+# A package table handed on as soon as it is final: (name, table)
+TableSink: TypeAlias = Callable[[str, pa.Table], None]
+# A run's work: given where to hand early tables, its tables and extra manifest fields
+Compute: TypeAlias = Callable[[TableSink], tuple[dict[str, pa.Table], dict[str, Any]]]
 
 
 @dataclass
@@ -280,7 +285,7 @@ def execute_run(
     spec_payload: Mapping[str, Any],
     spec_hash: str,
     inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
-    compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]],
+    compute: Compute,
     out_dir: Path | None = None,
     replace_existing: bool = False,
     reuse: bool = False,
@@ -288,7 +293,9 @@ def execute_run(
     report: bool = True,
     engine: str = "duckdb",
 ) -> RunResult:
-    """Record, compute and write one run. ``compute`` returns (tables, extra manifest fields).
+    """Record, compute and write one run. ``compute(write_early)`` returns (tables, extra manifest fields); it
+    may hand a package table that is final before the rest to ``write_early(name, table)``, which writes it
+    while the run goes on (:class:`dcaudit.storage.PackageWriter`).
 
     ``report=False`` leaves report.html out of the package (its charts are most of a small audit's time);
     ``dcaudit report RUN`` renders it later from the package.
@@ -329,7 +336,7 @@ def execute_run(
 def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path, phase: dict, *, name: str,
                 spec_payload: Mapping[str, Any], spec_hash: str,
                 inputs: Mapping[str, str] | Callable[[], Mapping[str, str]],
-                compute: Callable[[], tuple[dict[str, pa.Table], dict[str, Any]]], out_dir: Path | None,
+                compute: Compute, out_dir: Path | None,
                 replace_existing: bool, reuse: bool, quiet: bool, report: bool = True,
                 engine: str = "duckdb") -> RunResult:
     started = time.monotonic()
@@ -394,14 +401,14 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
                           cache_key=key, code_hash=code)
         phase["now"] = "running"
         try:
-            tables, extra = compute()
-            manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
-                        "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
-                        "code_hash": code, "cache_key": key,
-                        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
-            manifest["seconds"] = round(time.monotonic() - started, 3)
-            write_package(run_dir, run_id, tables, manifest, replace_existing=replace_existing,
-                          finalize=_write_report if report else None)
+            with PackageWriter(run_dir, run_id, replace_existing=replace_existing) as writer:
+                tables, extra = compute(writer.write_early)
+                manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
+                            "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
+                            "code_hash": code, "cache_key": key,
+                            "started_at": datetime.now(UTC).isoformat(timespec="seconds"), **extra}
+                manifest["seconds"] = round(time.monotonic() - started, 3)
+                writer.commit(tables, manifest, finalize=_write_report if report else None)
         except BaseException as exc:  # KeyboardInterrupt too: the run is marked failed, then re-raised
             if signals.signum is None:
                 fail("failed", f"{type(exc).__name__}: {exc}")
@@ -484,13 +491,18 @@ def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) 
 
 def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSource | UserSource, *,
                  timings: dict[str, float] | None = None, with_candidates: bool = True,
-                 quiet: bool = False, engine: str = "duckdb") -> tuple[dict[str, pa.Table], dict[str, Any]]:
+                 quiet: bool = False, engine: str = "duckdb",
+                 on_final: TableSink | None = None) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Every audit and section of ``spec`` over a prepared source: (tables, extra manifest fields).
 
     ``engine``: where the candidate passes of the fiber audits and fiber replays run (``duckdb`` or
     ``spark``, :data:`dcaudit.engine.ENGINES`). The source is prepared and registered in DuckDB either way
     (the input contract); the Spark engine reads the same prepared tables, and every stage without a Spark
     pass runs on DuckDB over them, with a note saying so.
+
+    ``on_final(name, table)`` is handed the candidates table as soon as it is final — after the fiber stage,
+    when sections follow and none adds candidates — and the returned tables hold that same object: the caller
+    may write it while the sections run.
 
     Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
     timings = {} if timings is None else timings
@@ -504,6 +516,11 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
             ctx = _context(spec, settings, con, prepared, prepared.name, engine=engine)
             with stage_progress("fibers", timings, quiet=quiet):
                 collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
+            early: dict[str, tuple[pa.Table, int]] = {}   # table -> (the table handed on, parts it holds)
+            if on_final is not None and spec.sections and collected["candidates"] and not any(
+                    STAGES[section].adds_candidates for section in spec.sections):
+                early["candidates"] = (concat(collected["candidates"]), len(collected["candidates"]))
+                on_final("candidates", early["candidates"][0])
             for section in spec.sections:
                 if ctx.engine.name not in STAGES[section].engines:
                     on_duckdb(ctx, f"stage {section}")
@@ -514,7 +531,8 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
             found += [findings.conform_arrow(t) for t in ctx.findings]
             if found:  # what the connector and the input contract found wrong with the inputs
                 collected["findings"] = found
-            tables = {name: concat(parts) for name, parts in collected.items() if parts}
+            tables = {name: early[name][0] if name in early and early[name][1] == len(parts) else concat(parts)
+                      for name, parts in collected.items() if parts}
             return tables, {"timings": timings, "notes": ctx.notes, "source": prepared.name,
                             "sources": source_provenance(prepared),
                             "source_files": [s.manifest_entry() for s in prepared.sources]
@@ -639,9 +657,9 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
         source["prepared"] = prepared
         return source_inputs(prepared)
 
-    def compute() -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    def compute(write_early: TableSink) -> tuple[dict[str, pa.Table], dict[str, Any]]:
         return compute_spec(spec, settings, source["prepared"], timings=timings, with_candidates=with_candidates,
-                            quiet=quiet, engine=engine)
+                            quiet=quiet, engine=engine, on_final=write_early)
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,

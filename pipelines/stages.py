@@ -45,6 +45,9 @@ class Stage:
     # settings (validated), the spec and the source's table names -> (table, column) pairs. The runner reports
     # the columns some files of a Parquet glob lack once for all stages (runner.check_absent_columns)
     reads: Callable[[Mapping[str, Any], PipelineSpec, Collection[str]], ColumnsRead] | None = None
+    # the stage adds rows to the candidates table: that table is final only once the stage has run (else it is
+    # final after the fiber stage, and written while the sections run)
+    adds_candidates: bool = False
 
     def columns(self, raw: Mapping[str, Any], spec: PipelineSpec, tables: Collection[str]) -> ColumnsRead:
         """The (table, column) pairs the section ``raw`` of ``spec`` reads (none when it names no column)."""
@@ -248,7 +251,7 @@ STAGES: dict[str, Stage] = {
     "jarvis": Stage("dcaudit.pipelines.jarvis:jarvis_stage", "dcaudit.pipelines.jarvis:_KEYS", _check_jarvis,
                     reads=_reads_jarvis),
     "vision": Stage("dcaudit.pipelines.vision:vision_stage", "dcaudit.audits.vision:_SECTION_KEYS", _check_vision,
-                    reads=_reads_vision),
+                    reads=_reads_vision, adds_candidates=True),
 }
 
 

@@ -381,3 +381,46 @@ def test_a_tilde_target_is_the_users_home(tmp_path: Path, monkeypatch: pytest.Mo
     written = write_package(Path("~/pkg"), "r1", {"candidates": _candidates(3)}, {})
     assert written == tmp_path / "home" / "pkg" and (written / "manifest.json").is_file()
     assert not (tmp_path / "~").exists()
+
+
+def test_a_table_written_early_makes_the_package_write_package_makes(tmp_path: Path) -> None:
+    """PackageWriter writes a table handed to write_early on its own thread while the run goes on; the package
+    it commits is the one write_package writes from the same tables: the same files, bytes and manifest."""
+    import json
+
+    from dcaudit.storage import PackageWriter
+
+    summary, candidates = pa.table({"n_candidates": [5]}), _candidates(5)
+    write_package(tmp_path / "whole", "r1", {"summary": summary, "candidates": candidates}, {"spec": "s"})
+    with PackageWriter(tmp_path / "early", "r1") as writer:
+        writer.write_early("candidates", candidates)
+        assert not (tmp_path / "early").exists()   # staged, not in place before the commit
+        writer.commit({"summary": summary, "candidates": candidates}, {"spec": "s"})
+    whole = json.loads((tmp_path / "whole" / "manifest.json").read_text())
+    early = json.loads((tmp_path / "early" / "manifest.json").read_text())
+    assert whole == early and list(early["row_counts"]) == ["summary", "candidates"]
+    assert sorted(p.name for p in (tmp_path / "early").iterdir()) == sorted(p.name for p in (tmp_path / "whole").iterdir())
+
+
+def test_a_table_the_run_replaced_after_writing_it_early_is_written_again(tmp_path: Path) -> None:
+    from dcaudit.storage import PackageWriter
+
+    with PackageWriter(tmp_path / "p", "r1") as writer:
+        writer.write_early("candidates", _candidates(3))
+        writer.write_early("fibers", pa.table({"fiber_key": [0]}))
+        writer.commit({"candidates": _candidates(8)}, {})   # another table, and no fibers after all
+    assert read_table(tmp_path / "p" / "candidates.parquet").num_rows == 8
+    assert not (tmp_path / "p" / "fibers.parquet").exists()
+
+
+def test_a_run_that_fails_after_an_early_write_leaves_the_old_package_and_nothing_else(tmp_path: Path) -> None:
+    from dcaudit.storage import PackageWriter
+
+    target = tmp_path / "p"
+    write_package(target, "r0", {"candidates": _candidates(2)}, {})
+    before = sorted((p.name, p.read_bytes()) for p in target.iterdir())
+    with pytest.raises(RuntimeError, match="stage failed"), PackageWriter(target, "r1", replace_existing=True) as w:
+        w.write_early("candidates", _candidates(50_000))
+        raise RuntimeError("stage failed")
+    assert sorted((p.name, p.read_bytes()) for p in target.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]   # no staging directory left

@@ -195,3 +195,44 @@ def test_a_folder_named_like_a_builtin_spec_is_neither_the_spec_nor_its_source(
     (tmp_path / "mine.toml").write_text('name = "mine"\n[source]\npath = "tox21"\n[[audits]]\nclaim = "y = 1"\n'
                                         'evidence = ["a"]\n')
     assert load_spec("mine.toml").connector is None   # a path stays the user's, whatever its name
+
+
+def test_the_candidates_table_is_handed_on_once_the_fiber_stage_is_done(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
+    """With sections to run after the fiber stage, compute_spec hands the final candidates table to on_final
+    before they run (the run writes it meanwhile), and returns that same table; not when a section adds rows
+    to it, nor when no section follows."""
+    import dataclasses
+
+    from dcaudit.pipelines import runner
+    from dcaudit.pipelines.stages import STAGES
+
+    spec = load_spec("tox21")
+    assert "replay" in spec.sections and not STAGES["replay"].adds_candidates and STAGES["vision"].adds_candidates
+    prepared = runner.prepare_source(spec, first_run)
+    handed: list[tuple[str, object]] = []
+
+    def on_final(name: str, table: object) -> None:
+        handed.append((name, table))
+        _EVENTS.append(f"handed {name}")
+
+    real_stage = STAGES["replay"]
+    monkeypatch.setitem(STAGES, "replay", dataclasses.replace(real_stage, run="tests.pipelines.test_runner:_replay"))
+    _EVENTS.clear()
+    tables, _ = runner.compute_spec(spec, first_run, prepared, quiet=True, on_final=on_final)
+    assert [(name, table is tables["candidates"]) for name, table in handed] == [("candidates", True)]
+    assert _EVENTS == ["handed candidates", "replay ran"]
+    handed.clear()
+    monkeypatch.setitem(STAGES, "replay", dataclasses.replace(real_stage, adds_candidates=True))
+    runner.compute_spec(spec, first_run, prepared, quiet=True, on_final=on_final)
+    assert handed == []
+    monkeypatch.setitem(STAGES, "replay", real_stage)
+    runner.compute_spec(dataclasses.replace(spec, sections={}), first_run, prepared, quiet=True, on_final=on_final)
+    assert handed == []
+
+
+_EVENTS: list[str] = []
+
+
+def _replay(ctx):  # noqa: ANN001, ANN202 - a stand-in replay stage that notes when it ran
+    _EVENTS.append("replay ran")
+    return {}
