@@ -235,14 +235,11 @@ def _materialise(con: duckdb.DuckDBPyConnection, rows: int) -> bool:
 
 def _np(result: dict[str, np.ndarray], name: str, dtype: type = np.int64) -> np.ndarray:
     """A fetched column as a plain array (NULL as 0 / NaN: callers look at validity where it matters)."""
-    col = result[name]
-    if isinstance(col, np.ma.MaskedArray):
-        col = col.filled(np.nan if dtype is float else 0)
-    return np.asarray(col, dtype=dtype)
+    return np.asarray(arrays.fetched_filled(result[name], np.nan if dtype is float else 0), dtype=dtype)
 
 
 def _valid(result: dict[str, np.ndarray], name: str) -> np.ndarray:
-    return ~np.ma.getmaskarray(result[name])
+    return ~arrays.fetched_nulls(result[name])
 
 
 def _code_sql(lo: float, hi: float, buckets: int) -> str:

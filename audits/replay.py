@@ -1388,9 +1388,9 @@ def window_replay(
     cand_x = np.asarray(data["x"], dtype=float)
     cand_y = np.asarray(data["y"], dtype=bool)
     r = data["r"]
-    has_ref = ~np.ma.getmaskarray(r)
+    has_ref = ~arrays.fetched_nulls(r)
     with np.errstate(invalid="ignore"):  # inf − inf is NaN, as in SQL
-        error = np.abs(cand_x - np.ma.filled(r, np.nan).astype(float))
+        error = np.abs(cand_x - arrays.fetched_filled(r, np.nan).astype(float))
     if fast:
         is_cal = _split_matrix(np.asarray(data["c"], dtype=np.uint64), config)  # (candidate, seed index)
     else:  # pragma: no cover - a DuckDB whose hash _split_hashes does not reproduce

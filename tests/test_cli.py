@@ -172,6 +172,26 @@ def test_whole_commands_import_neither_pandas_nor_polars(tmp_path: Path, command
     assert (tmp_path / "p" / "report.html").is_file() == bool(report)
 
 
+def test_a_quantile_audit_without_nulls_does_not_load_numpy_ma(tmp_path: Path) -> None:
+    """numpy loads numpy.ma lazily (~12 ms) and DuckDB loads it only for a result holding NULLs: the quantile
+    audit reads its fetched columns' NULLs without it (arrays.fetched_nulls), so a file without NULLs never
+    loads it."""
+    import subprocess
+    import sys
+
+    csv = tmp_path / "q.csv"
+    csv.write_text("id,x,y\n" + "".join(f"{i},{(i * 37) % 101 / 7},{int(i % 3 == 0)}\n" for i in range(300)))
+    code = ("import atexit, sys\nfrom dcaudit.cli import main\nsys.argv = ['dcaudit', *sys.argv[1:]]\n"
+            "atexit.register(lambda: print('LOADED', 'numpy.ma' in sys.modules, file=sys.stderr))\nmain()\n")
+    env = {**os.environ, "DCAUDIT_HOME": str(tmp_path / "home")}
+    env.pop("DCAUDIT_DEBUG", None)
+    out = subprocess.run([sys.executable, "-c", code, "audit", str(csv), "--id", "id", "--evidence", "x",
+                          "--fiber-rule", "quantile:4", "--claim", "y = 1", "--out", str(tmp_path / "p"), "--no-report"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "LOADED False"
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_the_main_job_on_cached_tables_imports_neither_pandas_nor_polars(tox21_settings, tmp_path: Path,  # noqa: ANN001
                                                                           as_json: bool) -> None:
