@@ -339,14 +339,17 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     # columns from buffers (dcaudit.audits.arrays): pa.array would import pandas (~40 MB, ~0.4 s)
     table: dict[str, pa.Array] = {k: arrays.take_strings([None if v is None else str(v)], np.zeros(n_rows, np.int64))
                                   for k, v in const.items()}
-    pol_seed = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_groups)
-    pol_sum = np.repeat(np.array(COST_POLICIES, dtype=object), n_prices * n_gm)
-    table["policy"] = arrays.strings(np.concatenate([pol_seed, pol_sum]).tolist())
+    # label columns gathered from their few distinct values by index (not a Python string per row: JARVIS's
+    # costs table has ~30,000 rows)
+    policies = np.arange(n_pol)
+    table["policy"] = arrays.take_strings(list(COST_POLICIES), np.concatenate(
+        [np.repeat(policies, n_prices * n_groups), np.repeat(policies, n_prices * n_gm)]))
     table["price"] = arrays.float64(np.concatenate([np.tile(np.repeat(p, n_groups), n_pol),
                                                     np.tile(np.repeat(p, n_gm), n_pol)]))
-    table["model"] = arrays.strings(np.concatenate([np.tile(model, n_pol * n_prices),
-                                                    np.tile(np.array(group_models, dtype=object), n_pol * n_prices)]
-                                                   ).tolist())
+    position = {m: i for i, m in enumerate(models)}
+    group_model = np.fromiter((position[m] for m in model.tolist()), dtype=np.int64, count=n_groups)
+    table["model"] = arrays.take_strings(group_models, np.concatenate(
+        [np.tile(group_model, n_pol * n_prices), np.tile(np.arange(n_gm), n_pol * n_prices)]))
     seeds = np.tile(exact_seeds(ps["seed"]), n_pol * n_prices)
     table["seed"] = arrays.int64(np.concatenate([seeds, np.zeros(n_sum, dtype=np.int64)]),
                                  np.concatenate([np.zeros(n_seed_rows, bool), np.ones(n_sum, bool)]))
@@ -373,8 +376,9 @@ def cost_table(ps: dict[str, Any], *, prices: tuple[float, ...], const: dict[str
     table["band_low"] = num(None, np.broadcast_to(np.where(finite, band_low, np.nan)[:, None, :], mean_cost.shape))
     table["band_high"] = num(None, np.broadcast_to(np.where(finite, band_high, np.nan)[:, None, :],
                                                    mean_cost.shape))
-    best_names = np.array(COST_POLICIES, dtype=object)[np.broadcast_to(best, mean_cost.shape)].reshape(-1)
-    table["best_baseline"] = arrays.strings([None] * n_seed_rows + best_names.tolist())
+    best_index = np.broadcast_to(best, mean_cost.shape).reshape(-1) + 1   # 0: NULL, on the per-seed rows
+    table["best_baseline"] = arrays.take_strings([None, *COST_POLICIES], np.concatenate(
+        [np.zeros(n_seed_rows, dtype=np.int64), best_index]))
     table["diff_vs_best"] = num(None, diff["mean"])
     table["diff_low"] = num(None, diff["low"])
     table["diff_high"] = num(None, diff["high"])
