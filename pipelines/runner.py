@@ -87,6 +87,9 @@ from dcaudit.source_query import LABEL, SourceQuery, query_table
 from dcaudit.spec import SOURCE_KEYS, AuditTask, PipelineSpec, check_implied_per
 from dcaudit.storage import PackageWriter, concat, read_table, verify_package
 
+# Candidates from which the table is written while the sections run: below, writing it takes a few ms, less
+# than the writer thread costs (its start, and pyarrow's Python around a small table competing for the GIL)
+EARLY_WRITE_ROWS = 100_000
 # A package table handed on as soon as it is final: (name, table)
 TableSink: TypeAlias = Callable[[str, pa.Table], None]
 # A run's work: given where to hand early tables, its tables and extra manifest fields
@@ -501,8 +504,8 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
     pass runs on DuckDB over them, with a note saying so.
 
     ``on_final(name, table)`` is handed the candidates table as soon as it is final — after the fiber stage,
-    when sections follow and none adds candidates — and the returned tables hold that same object: the caller
-    may write it while the sections run.
+    when sections follow, none adds candidates and it has at least :data:`EARLY_WRITE_ROWS` rows — and the
+    returned tables hold that same object: the caller may write it while the sections run.
 
     Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
     timings = {} if timings is None else timings
@@ -517,7 +520,8 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
             with stage_progress("fibers", timings, quiet=quiet):
                 collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
             early: dict[str, tuple[pa.Table, int]] = {}   # table -> (the table handed on, parts it holds)
-            if on_final is not None and spec.sections and collected["candidates"] and not any(
+            if on_final is not None and spec.sections and sum(
+                    t.num_rows for t in collected["candidates"]) >= EARLY_WRITE_ROWS and not any(
                     STAGES[section].adds_candidates for section in spec.sections):
                 early["candidates"] = (concat(collected["candidates"]), len(collected["candidates"]))
                 on_final("candidates", early["candidates"][0])

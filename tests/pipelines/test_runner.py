@@ -200,7 +200,7 @@ def test_a_folder_named_like_a_builtin_spec_is_neither_the_spec_nor_its_source(
 def test_the_candidates_table_is_handed_on_once_the_fiber_stage_is_done(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
     """With sections to run after the fiber stage, compute_spec hands the final candidates table to on_final
     before they run (the run writes it meanwhile), and returns that same table; not when a section adds rows
-    to it, nor when no section follows."""
+    to it, nor when no section follows, nor for a table small enough to write at once (Tox21's, by default)."""
     import dataclasses
 
     from dcaudit.pipelines import runner
@@ -217,6 +217,10 @@ def test_the_candidates_table_is_handed_on_once_the_fiber_stage_is_done(first_ru
 
     real_stage = STAGES["replay"]
     monkeypatch.setitem(STAGES, "replay", dataclasses.replace(real_stage, run="tests.pipelines.test_runner:_replay"))
+    _EVENTS.clear()
+    runner.compute_spec(spec, first_run, prepared, quiet=True, on_final=on_final)
+    assert handed == [] and _EVENTS == ["replay ran"]   # 31,324 candidate rows: written with the rest
+    monkeypatch.setattr(runner, "EARLY_WRITE_ROWS", 1)
     _EVENTS.clear()
     tables, _ = runner.compute_spec(spec, first_run, prepared, quiet=True, on_final=on_final)
     assert [(name, table is tables["candidates"]) for name, table in handed] == [("candidates", True)]
