@@ -129,6 +129,25 @@ def test_windows_are_exactly_the_values_within_the_width_both_ways(values: list[
         assert list(range(lo[i], hi[i])) == [j for j in range(len(v)) if abs(v[j] - c) <= tol]
 
 
+def test_many_windows_search_on_two_threads_as_on_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From 2^16 centres the two searches of window_bounds run on two threads: the same bounds as one thread,
+    NaN and infinite centres included."""
+    import numpy as np
+
+    from dcaudit.audits import windows
+
+    rng = np.random.default_rng(5)
+    values = np.sort(rng.integers(0, 500, 200_000) / 100)
+    centres = rng.integers(0, 520, windows._THREADED_SEARCH + 7) / 100
+    centres[::997] = np.nan
+    centres[::991] = np.inf
+    tol = rng.integers(0, 20, len(centres)) / 100
+    threaded = windows.window_bounds(values, centres, tol)
+    monkeypatch.setattr(windows, "_THREADED_SEARCH", len(centres) + 1)
+    one = windows.window_bounds(values, centres, tol)
+    assert np.array_equal(threaded[0], one[0]) and np.array_equal(threaded[1], one[1])
+
+
 def test_a_window_at_a_decimal_boundary_is_symmetric() -> None:
     import polars as pl
 
