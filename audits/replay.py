@@ -795,7 +795,7 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
                            f"FROM {ev_t}" + ("" if never else " WHERE reason IS NULL")).fetchnumpy()
         n_excluded = 0 if never else int(
             con.execute(f"SELECT count(*) FROM {ev_t} WHERE reason IS NOT NULL").fetchall()[0][0])
-        threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        threads = _threads(con)
     except duckdb.Error as exc:
         if machine_limit(exc):  # memory or spill disk, not the data: the run says so
             raise
@@ -819,6 +819,11 @@ def _fiber_split_counts(con: duckdb.DuckDBPyConnection, relation: str, ev: Any, 
         fiber = _key_order(distinct, ranges)[inverse]
     del key
     return _split_counts_by_fiber(parts, fiber, y, n_excluded, config, threads)
+
+
+def _threads(con: duckdb.DuckDBPyConnection) -> int:
+    """DuckDB's thread count on ``con``: the numpy split pass counts on as many."""
+    return int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
 
 
 def _key_order(packed: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -866,7 +871,7 @@ def candidates_split_counts(con: duckdb.DuckDBPyConnection, candidates: pa.Table
     try:
         rows = con.execute(f"SELECT {candidate_part_sql('hash(candidate_id)')} AS a, fiber_key AS f, "
                            f"claim_value AS y FROM {name} WHERE fiber_key IS NOT NULL").fetchnumpy()
-        threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        threads = _threads(con)
     finally:
         con.unregister(name)
     fiber = np.asarray(rows["f"], dtype=np.int64)

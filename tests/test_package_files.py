@@ -424,3 +424,24 @@ def test_a_run_that_fails_after_an_early_write_leaves_the_old_package_and_nothin
         raise RuntimeError("stage failed")
     assert sorted((p.name, p.read_bytes()) for p in target.iterdir()) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]   # no staging directory left
+
+
+def test_an_early_write_that_fails_is_the_commits_error_and_leaves_nothing(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A write on the writer's thread that fails (a full disk) raises its own error from commit, in the run's
+    thread, where the runner words it; the staging directory goes and no package appears."""
+    import dcaudit.storage as storage
+    from dcaudit.storage import PackageWriter
+
+    real = storage.pq.write_table
+
+    def full_disk(table, where, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if str(where).endswith("candidates.parquet"):
+            raise OSError(28, "No space left on device")
+        return real(table, where, **kwargs)
+
+    monkeypatch.setattr(storage.pq, "write_table", full_disk)
+    with pytest.raises(OSError, match="No space left"), PackageWriter(tmp_path / "p", "r1") as writer:
+        candidates = _candidates(4)
+        writer.write_early("candidates", candidates)
+        writer.commit({"summary": pa.table({"n_candidates": [4]}), "candidates": candidates}, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
