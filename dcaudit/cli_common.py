@@ -55,6 +55,10 @@ def table_input(file: Path | None, sql: str | None) -> Path | SourceQuery:
     if (file is None) == (sql is None):
         raise click.UsageError("give the table to audit: a FILE or --sql 'SELECT …' (one of the two)")
     if file is not None:
+        from dcaudit.digests import start_sha256
+
+        # the run keys its record on the file's sha256: hashed on a thread while the engine's modules load
+        start_sha256(file)
         return file
     from dcaudit.source_query import SourceQuery  # DuckDB loads only for a query
 

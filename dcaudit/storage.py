@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dcaudit.digests import sha256_file
 from dcaudit.errors import InputError, one_line
 
 if TYPE_CHECKING:
@@ -650,15 +651,6 @@ def check_out_file(target: Path, home: Path, *, may_replace: Callable[[str], boo
             and not (in_package and may_replace(out.name)):
         raise SpecError(f"{option} {target} would overwrite a file of an evidence package or of the workspace; "
                         "give a path outside them")
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB chunks (the one definition)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 sha256_of = sha256_file   # the name the catalog code used before
