@@ -361,6 +361,25 @@ def conform(name: str, table: pa.Table) -> pa.Table:
     return table
 
 
+# Columns of a package table that hold a value on every row. They are written as Parquet REQUIRED columns,
+# which carry no definition levels: at 1e7 candidates that is 0.16 s of a 0.92 s write (the constant columns
+# cost half as much each), and it tells every reader the column has no NULLs.
+NON_NULL_COLUMNS: dict[str, tuple[str, ...]] = {
+    "candidates": ("run_id", "source", "audit_id", "claim", "evidence", "fiber_rule", "candidate_id", "status"),
+}
+
+
+def declare_non_null(name: str, table: pa.Table) -> pa.Table:
+    """``table`` with the :data:`NON_NULL_COLUMNS` of package table ``name`` declared not nullable (those
+    without a NULL; a column that has one stays nullable, so nothing is refused here). Values are untouched."""
+    names = NON_NULL_COLUMNS.get(name, ())
+    if not names:
+        return table
+    fields = [f.with_nullable(False) if f.name in names and table.column(i).null_count == 0 else f
+              for i, f in enumerate(table.schema)]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
 def statistics_columns(table: pa.Table) -> list[str]:
     """The columns whose Parquet statistics (min/max) are written: all but the candidate ids and the
     dictionary-encoded text columns other than ``run_id``. pyarrow computes a dictionary column's min/max by
@@ -421,7 +440,7 @@ class PackageWriter:
         return self._partial
 
     def _write(self, name: str, table: pa.Table) -> int:
-        table = conform(name, with_run_id(table, self.run_id))
+        table = declare_non_null(name, conform(name, with_run_id(table, self.run_id)))
         # No dictionary for the id column: every id is distinct, and trying costs twice the plain encoding.
         # No Arrow schema: dictionary-encoded constant columns read back as plain text.
         pq.write_table(table, self._staging() / f"{name}.parquet", compression="zstd", store_schema=False,

@@ -44,6 +44,33 @@ def test_dictionary_columns_read_back_as_their_text(tmp_path: Path) -> None:
     assert back.column("candidate_id").to_pylist() == [f"c{i}" for i in range(7)]
 
 
+def test_columns_with_a_value_on_every_row_are_written_required_and_read_back_whole(tmp_path: Path) -> None:
+    """Required columns carry no definition levels (faster to write); a declared one that holds a NULL stays
+    nullable rather than being refused, and every reader sees the same values as before."""
+    import duckdb
+    import polars as pl
+
+    table = _candidates(9)
+    with_null = table.set_column(table.column_names.index("source"), "source",
+                                 pa.array(["s"] * 8 + [None], pa.string()))
+    write_package(tmp_path / "p", "r1", {"candidates": table}, {})
+    write_package(tmp_path / "q", "r2", {"candidates": with_null}, {})
+    schema = pq.read_schema(tmp_path / "p" / "candidates.parquet")
+    required = {f.name for f in schema if not f.nullable}
+    assert required == {"run_id", "source", "audit_id", "candidate_id", "status"}
+    assert "source" in {f.name for f in pq.read_schema(tmp_path / "q" / "candidates.parquet") if f.nullable}
+    back = read_table(tmp_path / "p" / "candidates.parquet")
+    for name in table.column_names:
+        assert back.column(name).to_pylist() == table.column(name).to_pylist()
+    # files of both kinds (and of packages written before) are one table to DuckDB, polars and pyarrow
+    both = str(tmp_path / "*" / "candidates.parquet")
+    assert duckdb.sql(f"SELECT count(*), count(source) FROM read_parquet('{both}', union_by_name = true)"
+                      ).fetchall() == [(18, 17)]
+    assert pl.read_parquet(both)["source"].null_count() == 1
+    files = [str(tmp_path / d / "candidates.parquet") for d in ("p", "q")]
+    assert pq.read_table(files, columns=["source"]).column("source").null_count == 1
+
+
 def test_the_console_has_no_excluded_line_when_nothing_is_excluded() -> None:
     from dcaudit.reports.console import excluded_line
 
