@@ -1361,8 +1361,10 @@ def window_replay(
     # read from SQL as one list per candidate.
     fast = _hash_matches(con)
     try:
-        # rows ordered by model index (mi: the order of the output rows), so a model is a block of rows;
-        # fetched as numpy (Arrow's to_numpy would import pandas: +50 MB and a second of start-up)
+        # rows ordered by model index (mi: the order of the output rows), so a model is a block of rows, and
+        # within a model by id hash, evidence and reference: the mae tolerance sums the errors in row order, and
+        # a parallel scan hands rows over in any order (rows equal in all three have equal errors). Fetched as
+        # numpy (Arrow's to_numpy would import pandas: +50 MB and a second of start-up)
         kept = f"FROM {relation} WHERE isfinite(CAST({x} AS DOUBLE)) AND ({y_sql}) IS NOT NULL"
         data = con.execute(f"""
         SELECT CAST(dense_rank() OVER (ORDER BY model NULLS FIRST) - 1 AS BIGINT) AS mi, x, r, y,
@@ -1370,7 +1372,7 @@ def window_replay(
         FROM (SELECT {model} AS model, hash(CAST({q(id_column)} AS VARCHAR)) AS h, CAST({x} AS DOUBLE) AS x,
                      CAST({ref} AS DOUBLE) AS r, CAST({y_sql} AS BOOLEAN) AS y
               {kept})
-        ORDER BY mi""").fetchnumpy()
+        ORDER BY mi, h, x, r NULLS LAST""").fetchnumpy()
         # the models in the order of their index mi (a name per model, not per row)
         model_names = [r[0] for r in con.execute(f"SELECT DISTINCT {model} AS model {kept} "
                                                  "ORDER BY model NULLS FIRST").fetchall()]
