@@ -90,7 +90,7 @@ def cp_upper_pairs(k: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
     if not len(k):
         return np.zeros(0)
     span = int(n.max(initial=0)) + 1
-    pairs, inverse = np.unique(k * span + n, return_inverse=True)
+    pairs, inverse = arrays.unique_codes(k * span + n, (int(k.max(initial=0)) + 1) * span)
     return cp_upper(pairs // span, pairs % span, delta)[inverse]
 
 
@@ -185,8 +185,9 @@ class BoundCache:
         n = np.asarray(n, dtype=np.int64)
         if not len(k):
             return np.zeros(0)
-        key = k * (1 << 32) + n  # counts below 2^31 (window counts are 32-bit)
-        uniq, inverse = np.unique(key, return_inverse=True)
+        span = int(n.max()) + 1
+        codes, inverse = arrays.unique_codes(k * span + n, (int(k.max()) + 1) * span)
+        uniq = (codes // span) * (1 << 32) + codes % span  # counts below 2^31 (window counts are 32-bit)
         pos = np.minimum(np.searchsorted(self.keys, uniq), max(len(self.keys) - 1, 0))
         hit = (pos < len(self.keys)) & (self.keys[pos] == uniq) if len(self.keys) else np.zeros(len(uniq), bool)
         out = np.empty(len(uniq))

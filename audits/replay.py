@@ -1127,7 +1127,8 @@ def _window_outcomes(rows: WindowRows, gmaj: np.ndarray, cfg: ReplayConfig, n_gr
         cert_bound = 1.0 - np.power(cfg.delta, 1.0 / n_cal[certified])
     else:
         span = int(n_cal.max(initial=0)) + 1
-        pairs, pair_of = np.unique(minority[supported] * span + n_cal[supported], return_inverse=True)
+        pairs, pair_of = arrays.unique_codes(minority[supported].astype(np.int64) * span + n_cal[supported],
+                                             (int(minority.max(initial=0)) + 1) * span)
         p_bound = (bounds(pairs // span, pairs % span) if bounds is not None
                    else cp_upper(pairs // span, pairs % span, cfg.delta))
         certified = supported.copy()

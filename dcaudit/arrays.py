@@ -239,3 +239,23 @@ def fetched_filled(column: np.ndarray, fill: object) -> np.ndarray:
     if ma is not None and isinstance(column, ma.MaskedArray):
         return np.asarray(column.filled(fill))
     return np.asarray(column)
+
+
+def unique_codes(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for integer keys in ``[0, size)``: the sorted distinct keys
+    and each key's position among them.
+
+    np.unique sorts the keys. When the range is small beside the number of keys (the (k, n) count pairs of a
+    replay's windows: ~125,000 keys in a range of ~2 million), marking the keys present in a boolean array
+    of the range and numbering the marks gives the same two arrays without a sort, about 5x faster; a range
+    too large for that falls back to np.unique."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if not len(keys) or size > max(1 << 16, min(1 << 24, 64 * len(keys))):
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    present = np.zeros(size, dtype=bool)
+    present[keys] = True
+    uniq = np.flatnonzero(present)
+    position = np.empty(size, dtype=np.int64)   # read only at the marked keys
+    position[uniq] = np.arange(len(uniq))
+    return uniq, position[keys]
