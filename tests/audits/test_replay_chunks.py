@@ -32,6 +32,17 @@ def _table(n: int, models: int, seed: int) -> pa.Table:
     return pa.Table.from_pylist(rows)
 
 
+def _window_replay(source: pa.Table, tolerance: str, cfg: rp.ReplayConfig) -> rp.ReplayResult:
+    """The window replay of ``source`` (id, model, x, ref, y) on a fresh two-thread database."""
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.register("src", source)
+    con.execute("CREATE TABLE t AS SELECT * FROM src")
+    return rp.window_replay(con, "t", id_column="id", window=rp.WindowSpec("x", rp.parse_tolerance(tolerance), "ref"),
+                            claim=parse_claim("y = 1"), config=cfg, labels=AuditLabels("s", "a"),
+                            model_column="model")
+
+
 @pytest.mark.parametrize(("tolerance", "mode"), [("mae", "exact"), ("q80", "calibrated"), ("0.3", "familywise"),
                                                  ("mae", "calibrated")])
 @pytest.mark.parametrize("entries", [700, 2000])  # 900 rows: one seed per chunk; two, the last chunk one
@@ -40,19 +51,9 @@ def test_chunks_of_seeds_give_the_same_tables(monkeypatch: pytest.MonkeyPatch, t
     table = _table(300, 3, 4)
     cfg = rp.ReplayConfig(seeds=13, min_support=3, mode=mode)  # type: ignore[arg-type]
 
-    def run() -> rp.ReplayResult:
-        con = duckdb.connect()
-        con.execute("SET threads = 1")  # the same row order on both runs (the mae sums follow it)
-        con.register("src", table)
-        con.execute("CREATE TABLE t AS SELECT * FROM src")
-        return rp.window_replay(con, "t", id_column="id", window=rp.WindowSpec("x", rp.parse_tolerance(tolerance),
-                                                                              "ref"),
-                                claim=parse_claim("y = 1"), config=cfg, labels=AuditLabels("s", "a"),
-                                model_column="model")
-
-    whole = run()
+    whole = _window_replay(table, tolerance, cfg)
     monkeypatch.setattr(rp, "_CHUNK_ENTRIES", entries)
-    chunked = run()
+    chunked = _window_replay(table, tolerance, cfg)
     assert chunked.replay.equals(whole.replay)
     assert chunked.costs.equals(whole.costs)
 
@@ -94,17 +95,7 @@ def test_a_window_replay_does_not_depend_on_row_order(tolerance: str) -> None:
     shuffled = table.take(np.random.default_rng(5).permutation(table.num_rows))
     cfg = rp.ReplayConfig(seeds=7, min_support=3)
 
-    def run(source: pa.Table) -> rp.ReplayResult:
-        con = duckdb.connect()
-        con.execute("SET threads = 2")
-        con.register("src", source)
-        con.execute("CREATE TABLE t AS SELECT * FROM src")
-        return rp.window_replay(con, "t", id_column="id", window=rp.WindowSpec("x", rp.parse_tolerance(tolerance),
-                                                                              "ref"),
-                                claim=parse_claim("y = 1"), config=cfg, labels=AuditLabels("s", "a"),
-                                model_column="model")
-
-    first = run(table)
-    again = run(shuffled)
+    first = _window_replay(table, tolerance, cfg)
+    again = _window_replay(shuffled, tolerance, cfg)
     assert again.replay.equals(first.replay)
     assert again.costs.equals(first.costs)
