@@ -372,7 +372,7 @@ def _run(con: duckdb.DuckDBPyConnection, t: str, ev_sql: str, keys: tuple[str, .
     con.execute(f"""CREATE TEMP TABLE {t}traj AS SELECT policy, seed, draw, 0 AS step, CAST(NULL AS INTEGER) AS q,
                     node FROM {t}tracks""")
 
-    next_node = 1  # node 0 is the base evidence map; every refined (node, probe) gets the next free number
+    next_node = 1  # node 0 is the base evidence map; under "mixed" every refined (node, probe) gets the next free number
     for step in range(1, steps + 1):
         next_node = _step(con, t, step, m, e, radix, mixed, ms, config, next_node, packed_probes,
                           last=step == steps)
@@ -520,25 +520,36 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
          + ') GROUP BY ALL' if scores else empty + ' WHERE FALSE'}""")
     # 2. The children to refine: every unused probe of fiber-scored tracks, the chosen one of the others.
     fiber_scored = ", ".join(sql_literal(p) for p in _FIBER_SCORED)
-    # A child (node, probe) is numbered densely from next_node, so node numbers never overflow (a
-    # code like node * (m + 1) + q + 1 exceeds 64 bits after 14 steps of 20 probes); tracks that
-    # share a prefix share its node, in every seed.
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}req AS
-        WITH x AS (SELECT DISTINCT seed, node, q FROM (
+    requested = f"""WITH x AS (SELECT DISTINCT seed, node, q FROM (
           SELECT k.seed, k.node, p.q {unused} WHERE k.policy IN ({fiber_scored})
           UNION ALL
-          SELECT k.seed, k.node, c.q FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw))),
-        kid AS (SELECT node, q, CAST({next_node} + dense_rank() OVER (ORDER BY node, q) - 1 AS BIGINT) AS child
-                FROM (SELECT DISTINCT node, q FROM x))
-        SELECT x.seed, x.node, x.q, kid.child, pw.pw FROM x JOIN kid USING (node, q) JOIN {t}probes pw USING (q)""")
-    top = con.execute(f"SELECT max(child) FROM {t}req").fetchall()[0][0]
-    next_node = next_node if top is None else top + 1
+          SELECT k.seed, k.node, c.q FROM {t}tracks k JOIN {t}pick c USING (policy, seed, draw)))"""
+    if mixed:
+        # A child (node, probe) is numbered densely from next_node, so node numbers never overflow (a
+        # code like node * (m + 1) + q + 1 exceeds 64 bits after 14 steps of 20 probes); tracks that
+        # share a prefix share its node, in every seed.
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}req AS {requested},
+            kid AS (SELECT node, q, CAST({next_node} + dense_rank() OVER (ORDER BY node, q) - 1 AS BIGINT) AS child
+                    FROM (SELECT DISTINCT node, q FROM x))
+            SELECT x.seed, x.node, x.q, kid.child, pw.pw FROM x JOIN kid USING (node, q) JOIN {t}probes pw USING (q)""")
+        top = con.execute(f"SELECT max(child) FROM {t}req").fetchall()[0][0]
+        next_node = next_node if top is None else top + 1
+        parents = f"{t}req"
+    else:
+        # Under "full" every fiber is refined, so a node's fibers are the base fibers split by the values of
+        # its probes, whatever their order: the node is its set of probes (the tracks' used mask; the base
+        # map is the empty set, 0), and tracks that reach one set in different orders share it. A set reached
+        # from several parents is refined from one of them (the smallest), once per seed.
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}req AS {requested}
+            SELECT x.seed, x.node, x.q, x.node | (CAST(1 AS BIGINT) << x.q) AS child, pw.pw
+            FROM x JOIN {t}probes pw USING (q)""")
+        parents = (f"(SELECT * FROM {t}req QUALIFY row_number() OVER (PARTITION BY seed, child ORDER BY node) = 1)")
     # 3. Refine the active candidates of each requested node by the probe; calibration counts per fiber.
     # The probe's value code is unpacked from vb (no join back to the patterns) when all codes fit.
     value = f"(a.vb // q.pw) % {radix}" if packed_probes else _probe_case(m, "q.q", "p.")
     pat_join = "" if packed_probes else f"JOIN {t}pat p ON p.pid = a.pid"
     refined = (f"SELECT a.seed, q.child AS node, a.pid, a.y, a.key * {radix} + {value} AS key, a.vb, a.n_cal, "
-               f"a.n_test FROM {t}act a JOIN {t}req q ON a.seed = q.seed AND a.node = q.node {pat_join}")
+               f"a.n_test FROM {t}act a JOIN {parents} q ON a.seed = q.seed AND a.node = q.node {pat_join}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {t}fib AS {_fiber_sums(refined)}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE {t}own AS {_own_stats(t, ms)}")
     # Under "mixed", decisions made at the parent are kept; a node with nothing left to refine
@@ -546,11 +557,12 @@ def _step(con: duckdb.DuckDBPyConnection, t: str, step: int, m: int, e: int, rad
     keep = "p.{0} + " if mixed else ""
     cols = ("cal_cert", "test_cert", "test_cert_true", "test_false")
     # Entropy is never inherited: decided candidates carry none, and refined ones are recounted.
+    inherit = f"JOIN {t}nst p ON p.seed = q.seed AND p.node = q.node" if mixed else ""
     con.execute(f"""INSERT INTO {t}nst
         SELECT q.seed, q.child AS node, {', '.join(keep.format(c) + f'coalesce(o.{c}, 0)' for c in cols)},
                coalesce(o.cal_entropy, 0.0)
-        FROM (SELECT DISTINCT seed, node, child FROM {t}req) q
-        JOIN {t}nst p ON p.seed = q.seed AND p.node = q.node
+        FROM (SELECT DISTINCT seed, {'node, ' if mixed else ''}child FROM {t}req) q
+        {inherit}
         LEFT JOIN {t}own o ON o.seed = q.seed AND o.node = q.child""")
     # 4. Fiber-scored policies choose among the refined children.
     fs = [p for p in _FIBER_SCORED if p in config.policies]
