@@ -482,10 +482,12 @@ def _next_active(con: duckdb.DuckDBPyConnection, t: str, mixed: bool, radix: int
 
     ``rows`` gives the pattern rows (seed, node, pid, y, key, vb, n_cal, n_test) of the nodes reached.
     """
+    # Under "full" every row is active: ``fib`` was grouped from these very rows, so a join with it would keep
+    # them all.
+    mixed_fibers = (f"JOIN {t}fib g ON g.seed = r.seed AND g.node = r.node AND g.key = r.key "
+                    "WHERE 0 < g.nt AND g.nt < g.n" if mixed else "")
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {t}act AS
-        SELECT r.seed, r.node, r.pid, r.y, r.key, r.vb, r.n_cal, r.n_test
-        FROM ({rows}) r JOIN {t}fib g ON g.seed = r.seed AND g.node = r.node AND g.key = r.key
-        {'WHERE 0 < g.nt AND g.nt < g.n' if mixed else ''}""")
+        SELECT r.seed, r.node, r.pid, r.y, r.key, r.vb, r.n_cal, r.n_test FROM ({rows}) r {mixed_fibers}""")
     top = con.execute(f"SELECT max(key) FROM {t}act").fetchall()[0][0]
     if top is not None and (top + 1) * radix >= 2**62:
         # Re-densify keys per node so key * radix + value cannot overflow, however many steps.
