@@ -41,7 +41,8 @@ def _identity(path: Path | str) -> tuple[int, int, int, int] | None:
 
 def _hash(path: Path | str) -> str:
     h = hashlib.sha256()
-    buffer = bytearray(min(_CHUNK, max(os.path.getsize(path), 1)))
+    size = os.path.getsize(path)   # 0 for a pipe or a device: read those in whole chunks too
+    buffer = bytearray(size if 0 < size < _CHUNK else _CHUNK)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as fh:
         while n := fh.readinto(buffer):
@@ -50,7 +51,7 @@ def _hash(path: Path | str) -> str:
 
 
 def sha256_file(path: Path | str) -> str:
-    """sha256 of a file's bytes, read in 32 MiB chunks (the one definition): the digest :func:`start_sha256`
+    """sha256 of a file's bytes, read in 4 MiB chunks (the one definition): the digest :func:`start_sha256`
     started for this very file when there is one, else computed now."""
     key = _identity(path)
     if key is not None:
