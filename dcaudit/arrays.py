@@ -247,8 +247,9 @@ def unique_codes(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
     np.unique sorts the keys. When the range is small beside the number of keys (the (k, n) count pairs of a
     replay's windows: ~125,000 keys in a range of ~2 million), marking the keys present in a boolean array
-    of the range and numbering the marks gives the same two arrays without a sort, about 5x faster; a range
-    too large for that falls back to np.unique."""
+    of the range and numbering the marks gives the same two arrays without a sort (on 125,000 uniform random
+    pairs 6-11 ms against np.unique's 10-17 ms; on the JARVIS replay's pairs the bound cache went from
+    0.18-0.20 s to 0.06-0.11 s); a range too large for that falls back to np.unique."""
     keys = np.asarray(keys, dtype=np.int64)
     if not len(keys) or size > max(1 << 16, min(1 << 24, 64 * len(keys))):
         uniq, inverse = np.unique(keys, return_inverse=True)

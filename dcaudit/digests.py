@@ -27,9 +27,10 @@ _STARTED: dict[tuple[int, int, int, int], Future[str]] = {}
 _LOCK = threading.Lock()
 
 
-def _identity(path: Path | str) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime in ns) of a regular file; None for anything else or a file that cannot
-    be looked at (the caller then hashes, or fails, as without a started digest)."""
+def file_identity(path: Path | str) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime in ns) of a regular file: what tells that a file is still the one seen
+    before without reading it. None for anything else or a file that cannot be looked at (the caller then
+    reads it, or fails, as it would without the identity)."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -53,7 +54,7 @@ def _hash(path: Path | str) -> str:
 def sha256_file(path: Path | str) -> str:
     """sha256 of a file's bytes, read in 4 MiB chunks (the one definition): the digest :func:`start_sha256`
     started for this very file when there is one, else computed now."""
-    key = _identity(path)
+    key = file_identity(path)
     if key is not None:
         with _LOCK:
             started = _STARTED.pop(key, None)
@@ -62,7 +63,7 @@ def sha256_file(path: Path | str) -> str:
                 digest = started.result()
             except Exception:  # noqa: BLE001 - hashed again here, so the error (if any) is the caller's own
                 digest = None
-            if digest is not None and _identity(path) == key:   # unchanged while it was hashed
+            if digest is not None and file_identity(path) == key:   # unchanged while it was hashed
                 return digest
     return _hash(path)
 
@@ -70,7 +71,7 @@ def sha256_file(path: Path | str) -> str:
 def start_sha256(path: Path | str) -> None:
     """Start hashing the regular file ``path`` on a daemon thread; the next :func:`sha256_file` of that file
     takes the result. Anything but a regular file (a glob, a folder, a missing path) is left alone."""
-    key = _identity(path)
+    key = file_identity(path)
     if key is None:
         return
     started: Future[str] = Future()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dcaudit.digests import sha256_file
+from dcaudit.digests import file_identity, sha256_file
 from dcaudit.errors import InputError, one_line
 
 if TYPE_CHECKING:
@@ -304,8 +304,11 @@ def _digest_path(path: Path) -> Path:
 
 
 def _identity(path: Path) -> str:
-    st = path.stat()
-    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
+    """The file identity a digest note records (:func:`dcaudit.digests.file_identity`, without the device)."""
+    identity = file_identity(path)
+    if identity is None:
+        raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+    return " ".join(str(part) for part in identity[1:])
 
 
 def _remember_digest(path: Path) -> None:

@@ -27,7 +27,7 @@ def blob(tmp_path: Path) -> Path:
 
 def test_a_started_digest_is_the_files_sha256_and_is_taken_once(blob: Path) -> None:
     digests.start_sha256(blob)
-    key = digests._identity(blob)
+    key = digests.file_identity(blob)
     assert key in digests._STARTED
     assert digests.sha256_file(blob) == _plain(blob)
     assert key not in digests._STARTED               # taken: the next digest reads the file again
@@ -65,7 +65,7 @@ def test_a_digest_that_failed_on_its_thread_is_computed_again(blob: Path, monkey
 
     monkeypatch.setattr(digests, "_hash", failing)
     digests.start_sha256(blob)
-    key = digests._identity(blob)
+    key = digests.file_identity(blob)
     digests._STARTED[key].exception(timeout=10)      # the thread has failed
     monkeypatch.undo()
     assert digests.sha256_file(blob) == _plain(blob)
@@ -92,5 +92,5 @@ def test_an_empty_file_and_a_missing_one(tmp_path: Path) -> None:
 
 def test_a_table_commands_file_starts_its_digest(blob: Path) -> None:
     assert table_input(blob, None) == blob
-    started = digests._STARTED.pop(digests._identity(blob))
+    started = digests._STARTED.pop(digests.file_identity(blob))
     assert started.result(timeout=10) == _plain(blob)
