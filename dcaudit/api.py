@@ -505,10 +505,14 @@ def _flags(**flags: object) -> list[bool]:
 def _execute(spec: PipelineSpec, data: object, settings: Settings | None, *, record: bool,
              out: str | Path | None, force: bool, quiet: bool, engine: str = "duckdb",
              report: bool = True) -> Result:
-    from dcaudit.pipelines import runner
+    from dcaudit.engine import open_ahead
 
     record, force, quiet, report = _flags(record=record, force=force, quiet=quiet, report=report)
     s = _settings(settings)
+    open_ahead(s)   # the audit's database opens on a thread while the runner loads and the checks run
+
+    from dcaudit.pipelines import runner
+
     runner.check_engine(engine)
     if record or out is not None:
         if out is not None and not isinstance(out, str | os.PathLike):
@@ -677,14 +681,19 @@ def run(spec: str | Path, *, force: bool = False, settings: Settings | None = No
     ``engine="spark"`` runs the candidate passes of the fiber audits and fiber replays on Spark (the
     configured cluster, else local mode) over the same prepared tables; every other stage runs on DuckDB,
     and the run's notes say which (docs/scale.md)."""
-    from dcaudit.pipelines.runner import run_spec
-    from dcaudit.spec import load_spec
+    from dcaudit.engine import open_ahead
 
     force, quiet, report = _flags(force=force, quiet=quiet, report=report)   # force="no" would rerun
     if not isinstance(spec, str | os.PathLike):
         raise SpecError(f"run({spec!r}): give a built-in spec name (`dcaudit specs` lists them) or a spec file")
-    return _from_run(run_spec(load_spec(_user_path(spec)), _settings(settings), reuse=not force, quiet=quiet,
-                              engine=engine, report=report))
+    s = _settings(settings)
+    open_ahead(s)   # the run's database opens on a thread while the spec and the runner load
+
+    from dcaudit.pipelines.runner import run_spec
+    from dcaudit.spec import load_spec
+
+    return _from_run(run_spec(load_spec(_user_path(spec)), s, reuse=not force, quiet=quiet, engine=engine,
+                              report=report))
 
 
 def _probe(path: Path, what: str) -> None:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 import dcaudit
 from dcaudit import engine
@@ -106,3 +107,41 @@ def test_the_shared_database_is_an_idle_audit_database(tmp_path: Path, monkeypat
         con.execute("SET perfect_ht_threshold = 17")
         assert _setting(shared, "perfect_ht_threshold") == 12
     shared.close()
+
+
+def test_a_database_opened_ahead_is_the_one_the_audit_takes(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """open_ahead opens the database on a thread of its own, once however often it is asked; the audit then
+    waits for that database instead of opening a second one, and finds it set up as connect sets it."""
+    settings = _settings(tmp_path)
+    monkeypatch.setattr(engine, "_IDLE", {})
+    monkeypatch.setattr(engine, "_AHEAD", {})
+    opened: list[str] = []
+    real_connect = engine.connect
+
+    def connect(s):  # noqa: ANN001, ANN202
+        opened.append(threading.current_thread().name)
+        return real_connect(s)
+
+    monkeypatch.setattr(engine, "connect", connect)
+    engine.open_ahead(settings)
+    engine.open_ahead(settings)   # already being opened: nothing more
+    with engine.audit_database(settings) as con:
+        assert _setting(con, "threads") == 1 and _setting(con, "preserve_insertion_order") is False
+    assert opened == ["dcaudit-open-database"]
+    engine.open_ahead(settings)   # one is idle now: nothing to open
+    with engine.audit_database(settings):
+        pass
+    assert opened == ["dcaudit-open-database"] and not engine._AHEAD
+
+
+def test_a_database_that_cannot_be_opened_ahead_leaves_the_error_to_the_audit(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A spill directory that cannot be made fails the thread quietly; the audit meets it and says so."""
+    from dcaudit.errors import WorkspaceError
+
+    (tmp_path / "home").write_text("a file where the workspace should be")
+    settings = _settings(tmp_path)
+    monkeypatch.setattr(engine, "_IDLE", {})
+    monkeypatch.setattr(engine, "_AHEAD", {})
+    engine.open_ahead(settings)
+    with pytest.raises(WorkspaceError, match="spill directory"), engine.audit_database(settings):
+        pass
