@@ -26,6 +26,7 @@ from dcaudit.inputs import duckdb_message
 if TYPE_CHECKING:
     from dcaudit.evidence_map import EvidenceSQL
     from dcaudit.splits import SplitDesign
+    from dcaudit.storage import RowSink
 
 _counter = itertools.count()
 
@@ -64,10 +65,10 @@ class DuckDBEngine:
 
         return fiber_split_counts(self.con, ev, design)
 
-    def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
+    def candidates(self, ev: EvidenceSQL, fibers: str, sink: RowSink | None = None) -> pa.Table:
         # small-integer keys of an input with row numbers (every file and frame but a Parquet glob): one scan in
-        # row order and a lookup of the packed key, no join and no sort
-        rows = candidates_by_lookup(self.con, ev, fibers)
+        # row order and a lookup of the packed key, no join and no sort; its parts go to the sink as they come
+        rows = candidates_by_lookup(self.con, ev, fibers, sink)
         if rows is not None:
             return rows
         on = " AND ".join(f"e.{k} IS NOT DISTINCT FROM f.{k}" for k in ev.key_columns)

@@ -38,10 +38,11 @@ from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kin
 from dcaudit.errors import SpecError
 from dcaudit.inputs import column_types, statistics_off
 from dcaudit.stage import FiberAudit
-from dcaudit.storage import constant_dictionary
+from dcaudit.storage import ROW_GROUP_ROWS, constant_dictionary
 
 if TYPE_CHECKING:
     from dcaudit.engine import Engine
+    from dcaudit.storage import RowSink
 
 _counter = itertools.count()
 
@@ -416,7 +417,8 @@ CANDIDATE_COLUMNS = (("candidate_id", pa.string()), ("fiber_key", pa.int64()), (
 _LOOKUP_LIMIT = 1 << 22  # largest packed-key space looked up in numpy (an int64 and a uint8 per slot: 36 MB)
 
 
-def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers: str) -> pa.Table | None:
+def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers: str,
+                         sink: RowSink | None = None) -> pa.Table | None:
     """Every candidate with its fiber without a join or a sort, when the keys are small integers and the
     input numbers its rows (``ev.has_row``); None otherwise (the caller joins and orders instead).
 
@@ -424,7 +426,11 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     each audited candidate its packed key (:func:`packed_terms`, over the ranges of the few fibers); numpy
     maps packed keys to fiber_key and status through a table indexed by packed key. A candidate with an
     exclusion reason, or whose key no fiber has, is ``excluded`` with no fiber, as the join's LEFT JOIN gives.
-    The row numbers come back too: should they not be ascending, the rows are put in their order.
+
+    The scan is read part by part (:data:`dcaudit.storage.ROW_GROUP_ROWS` rows), each part mapped as it comes
+    and handed to ``sink``, so a package writer can write it while the scan goes on. The row numbers come back
+    too: should they not rise (not expected), the sink is abandoned and the rows are read again whole and put
+    in their order.
     """
     keys = ev.key_columns
     if not ev.has_row or len(ev.key_types) != len(keys) or not all(
@@ -458,44 +464,70 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     key = "x0 AS _x" if one_bin else f"coalesce(CASE WHEN {audited} THEN {pk} END, {radix}) AS _pk"
     sql = (f"SELECT candidate_id, _row, {key}, y AS claim_value{'' if never else ', reason AS excluded_reason'} "
            f"FROM ({ev.sql})")
+
+    def mapped(rows: pa.Table) -> pa.Table:
+        """The candidates of ``rows`` (a part of the scan, or all of it) with their fiber and status."""
+        n = rows.num_rows
+        fiber_key, status_code = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8)
+        if one_bin:
+            codes = _bin_codes(rows["_x"], ev.cuts[ev.evidence.columns[0]], ranges[0], radix,
+                               None if never else ~arrays.valid(rows["excluded_reason"]))
+            np.take(fiber_of, codes, out=fiber_key)
+            np.take(status_of, codes, out=status_code)
+        else:   # chunk by chunk: the packed keys are looked up where DuckDB left them, not copied first
+            at = 0
+            for part in arrays.chunk_values(rows["_pk"], np.int64):
+                np.take(fiber_of, part, out=fiber_key[at:at + len(part)])
+                np.take(status_of, part, out=status_code[at:at + len(part)])
+                at += len(part)
+        status = pa.DictionaryArray.from_arrays(
+            pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(status_code)]), arrays.strings(CANDIDATE_STATUSES))
+        return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
+                         "claim_value": rows["claim_value"], "status": status,
+                         "excluded_reason": pa.nulls(n, pa.string()) if never else rows["excluded_reason"]})
+
     kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     con.execute("SET preserve_insertion_order = true")
     try:
-        rows = con.sql(sql).to_arrow_table()
+        parts: list[pa.Table] = []
+        last, ordered = -1, True
+        reader = con.sql(sql).to_arrow_reader(ROW_GROUP_ROWS)
+        try:   # the connection takes no other query while the reader is open
+            for batch in reader:
+                rows = pa.Table.from_batches([batch])
+                rising = _rising(rows["_row"], last)
+                if rising is None:   # not expected: DuckDB kept the scan order
+                    ordered = False
+                    break
+                last = rising
+                parts.append(mapped(rows))
+                if sink is not None:
+                    sink.put(parts[-1])
+        finally:
+            reader.close()
+        if not ordered:   # the rows again, whole, put in their order
+            if sink is not None:
+                sink.abandon()
+            whole = con.sql(sql).to_arrow_table()
+            return mapped(whole.take(arrays.int64(np.argsort(arrays.values(whole["_row"], np.int64), kind="stable"))))
+        if not parts:
+            return mapped(pa.Table.from_batches([], schema=reader.schema))
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
-    if not _rising(rows["_row"]):  # not expected: DuckDB kept the scan order
-        rows = rows.take(arrays.int64(np.argsort(arrays.values(rows["_row"], np.int64), kind="stable")))
-    n = rows.num_rows
-    fiber_key, status_code = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8)
-    if one_bin:
-        codes = _bin_codes(rows["_x"], ev.cuts[ev.evidence.columns[0]], ranges[0], radix,
-                           None if never else ~arrays.valid(rows["excluded_reason"]))
-        np.take(fiber_of, codes, out=fiber_key)
-        np.take(status_of, codes, out=status_code)
-    else:   # chunk by chunk: the packed keys are looked up where DuckDB left them, not copied first
-        at = 0
-        for part in arrays.chunk_values(rows["_pk"], np.int64):
-            np.take(fiber_of, part, out=fiber_key[at:at + len(part)])
-            np.take(status_of, part, out=status_code[at:at + len(part)])
-            at += len(part)
-    status = pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(status_code)]),
-                                            arrays.strings(CANDIDATE_STATUSES))
-    return pa.table({"candidate_id": rows["candidate_id"], "fiber_key": arrays.int64(fiber_key, fiber_key < 0),
-                     "claim_value": rows["claim_value"], "status": status,
-                     "excluded_reason": pa.nulls(n, pa.string()) if never else rows["excluded_reason"]})
 
 
-def _rising(rows: pa.ChunkedArray) -> bool:
-    """Whether the row numbers rise strictly, read chunk by chunk without a copy."""
-    last = None
+def _rising(rows: pa.ChunkedArray, after: int = -1) -> int | None:
+    """The last row number when the row numbers rise strictly from above ``after`` (the last of the part before;
+    row numbers are never negative), read chunk by chunk without a copy; None when they do not."""
+    last = after
     for part in arrays.chunk_values(rows, np.int64):
         if not len(part):
             continue
-        if (last is not None and part[0] <= last) or not bool((part[1:] > part[:-1]).all()):
-            return False
-        last = part[-1]
-    return True
+        if part[0] <= last or not bool((part[1:] > part[:-1]).all()):
+            return None
+        last = int(part[-1])
+    return last
 
 
 _BIN_BLOCK = 1 << 16          # values binned at a time: the block and its temporaries stay in cache
@@ -540,6 +572,22 @@ def _bin_codes(x: pa.ChunkedArray, cuts: list[float], bins: tuple[int, int], rad
     return out
 
 
+@dataclass(frozen=True)
+class _LabelledSink:
+    """Hands each part of an engine's candidate rows on as the candidates table holds it (labelled)."""
+
+    sink: RowSink
+    labels: AuditLabels
+    claim: Claim
+    evidence: EvidenceMap
+
+    def put(self, part: pa.Table) -> None:
+        self.sink.put(labelled_candidates(part, self.labels, self.claim, self.evidence))
+
+    def abandon(self) -> None:
+        self.sink.abandon()
+
+
 def labelled_candidates(rows: pa.Table, labels: AuditLabels, claim: Claim, evidence: EvidenceMap) -> pa.Table:
     """The candidates table: the constant columns of the audit (as :func:`summarise_groups` writes them)
     before an engine's candidate rows (:data:`CANDIDATE_COLUMNS`, in their order)."""
@@ -567,12 +615,16 @@ def audit_fibers(
     labels: AuditLabels,
     with_candidates: bool = True,
     engine: Engine | None = None,
+    candidates_sink: RowSink | None = None,
 ) -> FiberAudit:
     """Run the audit on ``relation`` (a table or view in ``con``).
 
     The passes over candidates (quantile cuts, the grouping into fibers, the candidates join) run on
     ``engine`` — DuckDB on ``con`` by default, or Spark (:mod:`dcaudit.audits.spark_engine`) — and the
     grouped rows are finished here on ``con`` by :func:`summarise_groups`, the same for every engine.
+    ``candidates_sink`` is handed the candidates table's rows, as the result holds them, while the engine
+    computes them (a package writer writes them meanwhile), or is abandoned; an engine that cannot hand
+    them on in parts leaves it alone.
     """
     if min_support < 1:
         raise SpecError(f"min_support must be >= 1, got {min_support}")
@@ -600,7 +652,8 @@ def audit_fibers(
                                            key_types=key_types, nonfinite=nonfinite_codes(ev))
         candidates = None
         if with_candidates:
-            candidates = labelled_candidates(engine.candidates(ev, fib_t), labels, claim, evidence)
+            sink = _LabelledSink(candidates_sink, labels, claim, evidence) if candidates_sink is not None else None
+            candidates = labelled_candidates(engine.candidates(ev, fib_t, sink), labels, claim, evidence)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {grp_t}; DROP TABLE IF EXISTS {fib_t}")
     return FiberAudit(summary=summary, fibers=fibers, candidates=candidates)

@@ -57,6 +57,7 @@ from dcaudit.splits import split_sql
 if TYPE_CHECKING:
     from dcaudit.evidence_map import EvidenceSQL
     from dcaudit.splits import SplitDesign
+    from dcaudit.storage import RowSink
 
 _counter = itertools.count()
 
@@ -253,7 +254,8 @@ class SparkEngine:
         finally:
             self.con.unregister(name)
 
-    def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
+    def candidates(self, ev: EvidenceSQL, fibers: str, sink: RowSink | None = None) -> pa.Table:  # noqa: ARG002
+        # collected whole from the cluster: the sink is left alone (the package writes the table whole)
         keys = ", ".join(ev.key_columns)
         view = f"dcaudit_fib_{self._tag}_{next(_counter)}"
         _from_arrow(self.spark, self.con.sql(f"SELECT {keys}, fiber_key, status FROM {fibers}").to_arrow_table()

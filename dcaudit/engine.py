@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dcaudit.claims import SqlDialect
     from dcaudit.evidence_map import EvidenceSQL
     from dcaudit.splits import SplitDesign
+    from dcaudit.storage import RowSink
 
 
 class Engine(Protocol):
@@ -68,12 +69,13 @@ class Engine(Protocol):
         ``hash(hash(CAST(id AS VARCHAR)), seed)`` (:mod:`dcaudit.splits`) on every engine."""
         ...
 
-    def candidates(self, ev: EvidenceSQL, fibers: str) -> pa.Table:
+    def candidates(self, ev: EvidenceSQL, fibers: str, sink: RowSink | None = None) -> pa.Table:
         """Every candidate with its fiber: candidate_id, fiber_key, claim_value, status ('excluded' when
         ``reason`` is set or no fiber matches; a dictionary over ``dcaudit.audits.fibers.CANDIDATE_STATUSES``),
         excluded_reason — in the input's row order (``_row`` of ``ev.sql`` when ``ev.has_row``), else ordered
         by candidate_id. ``fibers`` is a table in ``con`` with the key parts, fiber_key and status of every
-        audited fiber."""
+        audited fiber. An engine that computes the rows in order may hand them to ``sink`` part by part as
+        they come (the returned table is then those parts), or abandon it; one that cannot leaves it alone."""
         ...
 
     def close(self) -> None:

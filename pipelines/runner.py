@@ -85,15 +85,17 @@ from dcaudit.pipelines.stages import STAGES, validate_spec
 from dcaudit.reports.console import console
 from dcaudit.source_query import LABEL, SourceQuery, query_table
 from dcaudit.spec import SOURCE_KEYS, AuditTask, PipelineSpec, check_implied_per
-from dcaudit.storage import PackageWriter, concat, read_table, verify_package
+from dcaudit.storage import PackageWriter, RowSink, TableStream, concat, read_table, verify_package
 
 # Candidates from which the table is written while the sections run: below, writing it takes a few ms, less
 # than the writer thread costs (its start, and pyarrow's Python around a small table competing for the GIL)
 EARLY_WRITE_ROWS = 100_000
 # A package table handed on as soon as it is final: (name, table)
 TableSink: TypeAlias = Callable[[str, pa.Table], None]
-# A run's work: given where to hand early tables, its tables and extra manifest fields
-Compute: TypeAlias = Callable[[TableSink], tuple[dict[str, pa.Table], dict[str, Any]]]
+# A package table written part by part while it is computed: name -> the stream its parts go to
+TableStreams: TypeAlias = Callable[[str], TableStream]
+# A run's work: given the package writer (for tables final before the rest), its tables and extra manifest fields
+Compute: TypeAlias = Callable[[PackageWriter], tuple[dict[str, pa.Table], dict[str, Any]]]
 
 
 @dataclass
@@ -405,7 +407,7 @@ def _locked_run(settings: Settings, catalog: Catalog, run_id: str, run_dir: Path
         phase["now"] = "running"
         try:
             with PackageWriter(run_dir, run_id, replace_existing=replace_existing) as writer:
-                tables, extra = compute(writer.write_early)
+                tables, extra = compute(writer)
                 manifest = {"spec": name, "spec_hash": spec_hash, "resolved_spec": dict(spec_payload),
                             "inputs": dict(inputs), "package_version": dcaudit.__version__, "git_sha": sha,
                             "code_hash": code, "cache_key": key,
@@ -495,7 +497,8 @@ def prepare_source(spec: PipelineSpec, settings: Settings, data: object = None) 
 def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSource | UserSource, *,
                  timings: dict[str, float] | None = None, with_candidates: bool = True,
                  quiet: bool = False, engine: str = "duckdb",
-                 on_final: TableSink | None = None) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+                 on_final: TableSink | None = None,
+                 stream: TableStreams | None = None) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Every audit and section of ``spec`` over a prepared source: (tables, extra manifest fields).
 
     ``engine``: where the candidate passes of the fiber audits and fiber replays run (``duckdb`` or
@@ -505,7 +508,10 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
 
     ``on_final(name, table)`` is handed the candidates table as soon as it is final — after the fiber stage,
     when sections follow, none adds candidates and it has at least :data:`EARLY_WRITE_ROWS` rows — and the
-    returned tables hold that same object: the caller may write it while the sections run.
+    returned tables hold that same object: the caller may write it while the sections run. ``stream(name)``
+    goes further for a spec of one audit (no ``per``, no ``identity``) whose candidates no section adds to:
+    the candidates table's rows go to the stream while the fiber audit computes them (at 1e7 candidates the
+    writer then runs beside DuckDB's scan), and the returned tables hold the table they make up.
 
     Pure with respect to the workspace: nothing is recorded or written (``run_spec`` does that)."""
     timings = {} if timings is None else timings
@@ -517,10 +523,16 @@ def compute_spec(spec: PipelineSpec, settings: Settings, prepared: PreparedSourc
         ctx: StageContext | None = None
         try:
             ctx = _context(spec, settings, con, prepared, prepared.name, engine=engine)
+            streamed = stream("candidates") if stream is not None and _streams_candidates(spec, engine) \
+                and with_candidates else None
             with stage_progress("fibers", timings, quiet=quiet):
-                collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates)
+                collected: dict[str, list[pa.Table]] = fiber_stage(ctx, with_candidates=with_candidates,
+                                                                   candidates_sink=streamed)
             early: dict[str, tuple[pa.Table, int]] = {}   # table -> (the table handed on, parts it holds)
-            if on_final is not None and spec.sections and sum(
+            if streamed is not None and len(collected["candidates"]) == 1 \
+                    and streamed.done(collected["candidates"][0]):
+                early["candidates"] = (collected["candidates"][0], 1)
+            elif on_final is not None and spec.sections and sum(
                     t.num_rows for t in collected["candidates"]) >= EARLY_WRITE_ROWS and not any(
                     STAGES[section].adds_candidates for section in spec.sections):
                 early["candidates"] = (concat(collected["candidates"]), len(collected["candidates"]))
@@ -661,9 +673,9 @@ def run_spec(spec: PipelineSpec, settings: Settings, *, out_dir: Path | None = N
         source["prepared"] = prepared
         return source_inputs(prepared)
 
-    def compute(write_early: TableSink) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+    def compute(writer: PackageWriter) -> tuple[dict[str, pa.Table], dict[str, Any]]:
         return compute_spec(spec, settings, source["prepared"], timings=timings, with_candidates=with_candidates,
-                            quiet=quiet, engine=engine, on_final=write_early)
+                            quiet=quiet, engine=engine, on_final=writer.write_early, stream=writer.stream)
 
     return execute_run(settings, name=spec.name, spec_payload=spec.raw, spec_hash=spec.spec_hash,
                        inputs=inputs, compute=compute, out_dir=out_dir, replace_existing=replace_existing,
@@ -742,7 +754,17 @@ def _no_rows(path: Path) -> bool:
         return False
 
 
-def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str, list[pa.Table]]:
+def _streams_candidates(spec: PipelineSpec, engine: str) -> bool:
+    """Whether the candidates table is final once the spec's one fiber audit has computed it (no ``per``,
+    ``identity`` or section changes or adds to it), so that it can be written while it is computed."""
+    return engine == "duckdb" and len(spec.audits) == 1 and spec.audits[0].per is None \
+        and not spec.audits[0].identity and not any(STAGES[section].adds_candidates for section in spec.sections)
+
+
+def fiber_stage(ctx: StageContext, *, with_candidates: bool = True,
+                candidates_sink: RowSink | None = None) -> dict[str, list[pa.Table]]:
+    """Every fiber audit of the spec: summary, fibers and candidates tables (parts, one per audit).
+    ``candidates_sink`` (a spec of one audit without ``per``) is handed its candidates while they are computed."""
     out: dict[str, list[pa.Table]] = {"summary": [], "fibers": [], "candidates": []}
     check_absent_columns(ctx)
     for task in ctx.spec.audits:
@@ -762,7 +784,7 @@ def fiber_stage(ctx: StageContext, *, with_candidates: bool = True) -> dict[str,
         result = audit_fibers(ctx.con, view, id_column=ctx.spec.id_column, evidence=task.evidence,
                               claim=task.claim, min_support=task.min_support,
                               labels=AuditLabels(ctx.source, task.audit_id), with_candidates=with_candidates,
-                              engine=ctx.engine)
+                              engine=ctx.engine, candidates_sink=candidates_sink)
         if task.identity:
             from dcaudit.audits.label_noise import label_noise_for_task
 

@@ -17,10 +17,12 @@ from dcaudit import defaults
 from dcaudit.audits.controlled import EXPERIMENTS, SOURCE
 from dcaudit.config import Settings
 from dcaudit.errors import SpecError
-from dcaudit.pipelines.runner import RunResult, TableSink, execute_run
+from dcaudit.pipelines.runner import RunResult, execute_run
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from dcaudit.storage import PackageWriter
 
 
 def simulation_config(experiment: str, seeds: int | None = None, geometries: int | None = None) -> DataclassInstance:
@@ -55,7 +57,7 @@ def run_simulation(settings: Settings, experiment: str, seeds: int | None = None
     payload = {"experiment": experiment, "config": asdict(cfg)}
     spec_hash = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
-    def compute(write_early: TableSink) -> tuple[dict[str, pa.Table], dict[str, object]]:  # noqa: ARG001 - written whole
+    def compute(writer: PackageWriter) -> tuple[dict[str, pa.Table], dict[str, object]]:  # noqa: ARG001 - written whole
         tables = fn(cfg)
         notes = [f"{experiment}: {getattr(cfg, seed_field)} {seed_field.replace('_', ' ')} "
                  "(the paper's seeds, docs/reference.md; numpy default_rng)"]

@@ -472,3 +472,74 @@ def test_an_early_write_that_fails_is_the_commits_error_and_leaves_nothing(tmp_p
         writer.write_early("candidates", candidates)
         writer.commit({"summary": pa.table({"n_candidates": [4]}), "candidates": candidates}, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _put_in_parts(stream, table: pa.Table, sizes: list[int]) -> None:  # noqa: ANN001 - a TableStream
+    at = 0
+    for n in sizes:
+        stream.put(table.slice(at, n))
+        at += n
+
+
+def test_a_table_streamed_in_parts_makes_the_package_a_whole_write_makes(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A TableStream's parts, of any sizes, are written on the writer's thread as they are put, gathered and cut
+    into row groups of ROW_GROUP_ROWS rows: the package is the one write_package writes from the same tables
+    (the same row groups, bytes and manifest)."""
+    import json
+
+    import dcaudit.storage as storage
+    from dcaudit.storage import PackageWriter
+
+    monkeypatch.setattr(storage, "ROW_GROUP_ROWS", 100)
+    summary, candidates = pa.table({"n_candidates": [250]}), _candidates(250)
+    write_package(tmp_path / "whole", "r1", {"summary": summary, "candidates": candidates}, {"spec": "s"})
+    with PackageWriter(tmp_path / "streamed", "r1") as writer:
+        stream = writer.stream("candidates")
+        _put_in_parts(stream, candidates, [30, 100, 7, 113])
+        assert stream.done(candidates)
+        writer.commit({"summary": summary, "candidates": candidates}, {"spec": "s"})
+    whole = json.loads((tmp_path / "whole" / "manifest.json").read_text())
+    streamed = json.loads((tmp_path / "streamed" / "manifest.json").read_text())
+    assert whole == streamed   # the files' sha256 among them
+    meta = pq.ParquetFile(tmp_path / "streamed" / "candidates.parquet").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [100, 100, 50]
+
+
+@pytest.mark.parametrize("how", ["abandoned", "fewer rows put", "a NULL after a part without one", "no parts"])
+def test_a_stream_that_is_not_the_table_leaves_the_commit_to_write_it_whole(tmp_path: Path, how: str) -> None:
+    """A stream abandoned, holding other rows than the table it is said to be, or whose later part has a NULL in
+    a column the first part left without (REQUIRED there): the commit writes the table whole, as it would have
+    (a column with a NULL stays nullable), and no file of the stream is left."""
+    import json
+
+    from dcaudit.storage import PackageWriter
+
+    candidates = _candidates(40)
+    if how == "a NULL after a part without one":
+        ids = pa.array([None if i == 30 else f"c{i}" for i in range(40)], pa.string())
+        candidates = candidates.set_column(candidates.schema.get_field_index("candidate_id"), "candidate_id", ids)
+    write_package(tmp_path / "whole", "r1", {"candidates": candidates}, {})
+    with PackageWriter(tmp_path / "p", "r1") as writer:
+        stream = writer.stream("candidates")
+        if how != "no parts":
+            _put_in_parts(stream, candidates, [20] if how == "fewer rows put" else [20, 20])
+        if how == "abandoned":
+            stream.abandon()
+        assert stream.done(candidates) is (how == "a NULL after a part without one")
+        writer.commit({"candidates": candidates}, {})
+    assert json.loads((tmp_path / "p" / "manifest.json").read_text()) == \
+        json.loads((tmp_path / "whole" / "manifest.json").read_text())
+    assert read_table(tmp_path / "p" / "candidates.parquet").equals(read_table(tmp_path / "whole" / "candidates.parquet"))
+    if how == "a NULL after a part without one":
+        assert pq.read_schema(tmp_path / "p" / "candidates.parquet").field("candidate_id").nullable
+
+
+def test_a_run_that_fails_while_a_stream_is_open_ends_it_and_leaves_nothing(tmp_path: Path) -> None:
+    """The writer's thread waits for a stream's next part; a run that fails before saying the stream is done
+    ends it (the thread stops, the package is discarded) instead of waiting forever."""
+    from dcaudit.storage import PackageWriter
+
+    with pytest.raises(RuntimeError, match="stage failed"), PackageWriter(tmp_path / "p", "r1") as writer:
+        writer.stream("candidates").put(_candidates(10))
+        raise RuntimeError("stage failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -240,3 +240,76 @@ _EVENTS: list[str] = []
 def _replay(ctx):  # noqa: ANN001, ANN202 - a stand-in replay stage that notes when it ran
     _EVENTS.append("replay ran")
     return {}
+
+
+class _Stream:
+    """A stand-in TableStream: records what it is handed."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.table = None
+        self.abandoned = False
+
+    def put(self, part) -> None:  # noqa: ANN001
+        self.parts.append(part)
+
+    def abandon(self) -> None:
+        self.abandoned = True
+
+    def done(self, table) -> bool:  # noqa: ANN001
+        self.table = table
+        return not self.abandoned
+
+
+def test_the_candidates_of_one_audit_go_to_the_stream_while_they_are_computed(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
+    """A spec of one audit (no per, no identity) whose candidates no section changes streams them: the parts,
+    in order, make up the returned candidates table, which is the table the stream is said to be. A spec of
+    several audits, or an audit with an identity (the label-noise split), streams nothing."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from dcaudit.audits import fibers
+    from dcaudit.pipelines import runner
+
+    spec = load_spec("tox21")
+    prepared = runner.prepare_source(spec, first_run)
+    plain = next(a for a in spec.audits if not a.identity)
+    streams: list[_Stream] = []
+
+    def stream(name: str) -> _Stream:
+        assert name == "candidates"
+        streams.append(_Stream())
+        return streams[-1]
+
+    monkeypatch.setattr(fibers, "ROW_GROUP_ROWS", 2048)   # parts of (at most) 2048 rows: 7,831 rows make four
+    one = dataclasses.replace(spec, audits=(plain,), sections={})
+    tables, _ = runner.compute_spec(one, first_run, prepared, quiet=True, stream=stream)
+    assert len(streams) == 1 and streams[0].table is tables["candidates"] and len(streams[0].parts) > 1
+    assert pa.concat_tables(streams[0].parts).equals(tables["candidates"])
+    assert all(p.num_rows <= 2048 for p in streams[0].parts)
+    runner.compute_spec(spec, first_run, prepared, quiet=True, stream=stream)
+    runner.compute_spec(dataclasses.replace(spec, audits=(spec.audits[0],), sections={}), first_run, prepared,
+                        quiet=True, stream=stream)
+    assert spec.audits[0].identity and len(streams) == 1
+
+
+def test_candidates_out_of_row_order_abandon_the_stream(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
+    """Should DuckDB hand the scan back out of row order, the stream is abandoned and the rows are read again
+    and put in their order: the table is the one an ordered scan gives."""
+    import dataclasses
+
+    from dcaudit.audits import fibers
+    from dcaudit.pipelines import runner
+
+    spec = load_spec("tox21")
+    prepared = runner.prepare_source(spec, first_run)
+    one = dataclasses.replace(spec, audits=(next(a for a in spec.audits if not a.identity),), sections={})
+    monkeypatch.setattr(fibers, "ROW_GROUP_ROWS", 2048)
+    ordered, _ = runner.compute_spec(one, first_run, prepared, quiet=True)
+    real = fibers._rising
+    monkeypatch.setattr(fibers, "_rising", lambda rows, after=-1: None if after >= 0 else real(rows, after))
+    stream = _Stream()
+    tables, _ = runner.compute_spec(one, first_run, prepared, quiet=True, stream=lambda name: stream)
+    assert stream.abandoned and len(stream.parts) == 1   # the first part went before the second was out of order
+    assert tables["candidates"].equals(ordered["candidates"])
