@@ -262,9 +262,10 @@ class _Stream:
 
 
 def test_the_candidates_of_one_audit_go_to_the_stream_while_they_are_computed(first_run: Settings, monkeypatch) -> None:  # noqa: ANN001
-    """A spec of one audit (no per, no identity) whose candidates no section changes streams them: the parts,
-    in order, make up the returned candidates table, which is the table the stream is said to be. A spec of
-    several audits, or an audit with an identity (the label-noise split), streams nothing."""
+    """A spec of one audit (no per, no identity) and no sections streams its candidates: the parts, in order,
+    make up the returned candidates table, which is the table the stream is said to be. A spec of several
+    audits, an audit with an identity (the label-noise split) or a spec with sections (its candidates are
+    written while the sections run) streams nothing."""
     import dataclasses
 
     import pyarrow as pa
@@ -291,6 +292,8 @@ def test_the_candidates_of_one_audit_go_to_the_stream_while_they_are_computed(fi
     runner.compute_spec(spec, first_run, prepared, quiet=True, stream=stream)
     runner.compute_spec(dataclasses.replace(spec, audits=(spec.audits[0],), sections={}), first_run, prepared,
                         quiet=True, stream=stream)
+    completion = {"completion": {**spec.sections["completion"], "audit": plain.audit_id, "seeds": 2}}
+    runner.compute_spec(dataclasses.replace(one, sections=completion), first_run, prepared, quiet=True, stream=stream)
     assert spec.audits[0].identity and len(streams) == 1
 
 
