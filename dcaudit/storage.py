@@ -593,9 +593,8 @@ ROW_GROUP_ROWS = 1 << 18
 
 
 class RowSink(Protocol):
-    """Where a table's rows go while they are computed: parts of at most :data:`ROW_GROUP_ROWS` rows, in
-    order (:class:`TableStream`, or an adapter in front of one). ``abandon`` says the parts put so far are
-    not the table after all."""
+    """Where a table's rows go while they are computed: parts, in order (:class:`TableStream`, or an adapter
+    in front of one). ``abandon`` says the parts put so far are not the table after all."""
 
     def put(self, part: pa.Table) -> None: ...
 

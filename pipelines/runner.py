@@ -757,7 +757,7 @@ def _no_rows(path: Path) -> bool:
 def _streams_candidates(spec: PipelineSpec, engine: str) -> bool:
     """Whether the candidates table is written while it is computed: a spec of one fiber audit (no ``per``
     or ``identity``, which change or add to it) and no sections. With sections the table is written while
-    they run (``on_final``): a 1e7-row replay took 3 % longer when the write ran beside the candidates scan
+    they run (``on_final``): a 1e7-row replay took 3-7 % longer when the write ran beside the candidates scan
     instead, whose two DuckDB threads it then slowed."""
     return engine == "duckdb" and len(spec.audits) == 1 and spec.audits[0].per is None \
         and not spec.audits[0].identity and not spec.sections
