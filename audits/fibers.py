@@ -14,6 +14,7 @@ over the audited candidates, so certified + ambiguous + unsupported fractions su
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from dcaudit.audits.evidence import (
 )
 from dcaudit.claims import Claim, Node, quote_identifier, sql_literal, value_kind
 from dcaudit.errors import SpecError
-from dcaudit.inputs import column_types, statistics_off
+from dcaudit.inputs import arrow_batches, column_types, statistics_off
 from dcaudit.stage import FiberAudit
 from dcaudit.storage import ROW_GROUP_ROWS, constant_dictionary
 
@@ -490,44 +491,25 @@ def candidates_by_lookup(con: duckdb.DuckDBPyConnection, ev: EvidenceSQL, fibers
     con.execute("SET preserve_insertion_order = true")
     try:
         parts: list[pa.Table] = []
-        last, ordered = -1, True
-        reader = con.sql(sql).to_arrow_reader(ROW_GROUP_ROWS)
-        try:   # the connection takes no other query while the reader is open
-            for batch in reader:
+        last: int | None = None
+        ordered = True
+        with contextlib.closing(arrow_batches(con, sql, ROW_GROUP_ROWS)) as batches:
+            for batch in batches:
                 rows = pa.Table.from_batches([batch])
-                rising = _rising(rows["_row"], last)
-                if rising is None:   # not expected: DuckDB kept the scan order
-                    ordered = False
+                ordered, last = arrays.rising(rows["_row"], last)
+                if not ordered:   # not expected: DuckDB kept the scan order
                     break
-                last = rising
                 parts.append(mapped(rows))
                 if sink is not None:
                     sink.put(parts[-1])
-        finally:
-            reader.close()
-        if not ordered:   # the rows again, whole, put in their order
+        if not ordered or not parts:   # the rows again, whole, put in their order (or none: the empty table)
             if sink is not None:
                 sink.abandon()
             whole = con.sql(sql).to_arrow_table()
             return mapped(whole.take(arrays.int64(np.argsort(arrays.values(whole["_row"], np.int64), kind="stable"))))
-        if not parts:
-            return mapped(pa.Table.from_batches([], schema=reader.schema))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
-
-
-def _rising(rows: pa.ChunkedArray, after: int = -1) -> int | None:
-    """The last row number when the row numbers rise strictly from above ``after`` (the last of the part before;
-    row numbers are never negative), read chunk by chunk without a copy; None when they do not."""
-    last = after
-    for part in arrays.chunk_values(rows, np.int64):
-        if not len(part):
-            continue
-        if part[0] <= last or not bool((part[1:] > part[:-1]).all()):
-            return None
-        last = int(part[-1])
-    return last
 
 
 _BIN_BLOCK = 1 << 16          # values binned at a time: the block and its temporaries stay in cache

@@ -209,6 +209,20 @@ def chunk_values(array: pa.Array | pa.ChunkedArray, dtype: type) -> Iterator[np.
         yield _chunk_values(chunk, dtype)
 
 
+def rising(array: pa.Array | pa.ChunkedArray, after: int | None = None) -> tuple[bool, int | None]:
+    """Whether the integers of ``array`` rise strictly, above ``after`` (the last value of a part before them,
+    if any), read chunk by chunk without a copy; and the last of them (``after`` when there are none), to
+    pass on to the next part. Nulls are not looked at: callers check values known to be valid."""
+    last = after
+    for part in chunk_values(array, np.int64):
+        if not len(part):
+            continue
+        if (last is not None and part[0] <= last) or not bool((part[1:] > part[:-1]).all()):
+            return False, last
+        last = int(part[-1])
+    return True, last
+
+
 def _chunk_values(arr: pa.Array, dtype: type) -> np.ndarray:
     n = len(arr)
     buf = arr.buffers()[1]

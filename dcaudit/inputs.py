@@ -23,6 +23,7 @@ so that any message DuckDB produces about it names the user's data, not an inter
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import gzip
@@ -31,7 +32,7 @@ import io
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -2235,22 +2236,18 @@ def _unique_integers(con: duckdb.DuckDBPyConnection, relation: str, q: str, duck
     lo, hi, n_valid, n = con.execute(f"SELECT min({q}), max({q}), count({q}), count(*) FROM {relation}").fetchall()[0]
     if n_valid != n or hi - lo + 1 < n:  # a NULL id, or more ids than values they span: not unique
         return False
-    import numpy as np
-
     from dcaudit import arrays
 
     kept = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     con.execute("SET preserve_insertion_order = true")  # row order: sorted ids stay sorted
     try:
-        last, rising = None, True
-        for batch in con.sql(f"SELECT {q} FROM {relation}").to_arrow_reader(1 << 20):
-            ids = arrays.values(batch.column(0), np.int64)
-            if not len(ids):
-                continue
-            if (last is not None and ids[0] <= last) or not bool((ids[1:] > ids[:-1]).all()):
-                rising = False
-                break
-            last = ids[-1]
+        last: int | None = None
+        rising = True
+        with contextlib.closing(arrow_batches(con, f"SELECT {q} FROM {relation}", 1 << 20)) as batches:
+            for batch in batches:
+                rising, last = arrays.rising(batch.column(0), last)
+                if not rising:
+                    break
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if kept else 'false'}")
     if rising:
@@ -2263,6 +2260,40 @@ def _unique_integers(con: duckdb.DuckDBPyConnection, relation: str, q: str, duck
     finally:
         con.execute("RESET perfect_ht_threshold")
     return bool(distinct == n)
+
+
+def arrow_batches(con: duckdb.DuckDBPyConnection, sql: str, rows: int) -> Generator[pa.RecordBatch, None, None]:
+    """The result of ``sql`` as Arrow record batches of at most ``rows`` rows, read while DuckDB computes the
+    rest. The reader closes when the caller stops (``contextlib.closing``: the connection takes no other query
+    while it is open). A DuckDB failure met on the way (out of memory, a value that does not convert), which
+    pyarrow raises as an OSError carrying DuckDB's message and SQL, is raised as the DuckDB exception it is,
+    as ``to_arrow_table`` would raise it: the callers that word DuckDB errors then word this one too."""
+    reader = con.sql(sql).to_arrow_reader(rows)
+    try:
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except OSError as exc:
+                raise _duckdb_exception(exc) from None
+            yield batch
+    finally:
+        reader.close()
+
+
+# DuckDB's error kinds (the words before "Error:" in its message) and the Python exceptions it raises for them
+_DUCKDB_KINDS: dict[str, type[duckdb.Error]] = {
+    "Out of Memory": duckdb.OutOfMemoryException, "IO": duckdb.IOException,
+    "Conversion": duckdb.ConversionException, "INTERRUPT": duckdb.InterruptException,
+    "Invalid Input": duckdb.InvalidInputException, "Binder": duckdb.BinderException,
+    "Out of Range": duckdb.OutOfRangeException}
+
+
+def _duckdb_exception(exc: OSError) -> duckdb.Error:
+    text = str(exc)
+    kind = text.split(" Error:", 1)[0].strip() if " Error:" in text else ""
+    return _DUCKDB_KINDS.get(kind, duckdb.Error)(text)
 
 
 def duckdb_message(exc: BaseException) -> str:

@@ -35,3 +35,16 @@ def test_count_pairs_are_numbered_without_a_sort(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(np, "unique", no_sort)
     uniq, inverse = arrays.unique_codes(keys, 640 * 2880)
     assert np.array_equal(uniq, want_uniq) and np.array_equal(inverse, want_inverse)
+
+
+def test_rising_reads_parts_in_turn_and_says_where_it_stopped() -> None:
+    import pyarrow as pa
+
+    from dcaudit.arrays import rising
+
+    parts = pa.chunked_array([[-5, -2, 0], [], [3, 9]])
+    assert rising(parts) == (True, 9)
+    assert rising(pa.array([10, 11], pa.int64()), after=9) == (True, 11)
+    assert rising(pa.array([9, 12], pa.int64()), after=9)[0] is False   # not above the part before
+    assert rising(pa.array([1, 1], pa.int64()))[0] is False             # ties do not rise
+    assert rising(pa.array([], pa.int64()), after=4) == (True, 4)

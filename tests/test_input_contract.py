@@ -1169,3 +1169,27 @@ def test_int96_timestamps_finer_than_a_microsecond_are_refused_not_truncated(tmp
     keys = [sorted(dcaudit.audit(f, evidence=column, claim="y = 1", id="id").fibers["evidence_key"].to_list())
             for f in (whole, tmp_path / "whole.parquet")]
     assert keys[0] == keys[1] and len(keys[0]) == 3, keys
+
+
+def test_a_duckdb_failure_while_reading_in_batches_is_raised_as_duckdbs_own() -> None:
+    """pyarrow raises a failure met after the first batches of DuckDB's Arrow reader as an OSError carrying
+    DuckDB's message and SQL; arrow_batches raises it as the DuckDB exception it is (the runner words those),
+    and a reader left early is closed: the connection takes the next query."""
+    import contextlib
+
+    import duckdb
+
+    from dcaudit.inputs import arrow_batches
+
+    con = duckdb.connect()
+    con.execute("SET preserve_insertion_order = true")
+    failing = ("SELECT CASE WHEN i > 600000 THEN CAST('x' || i AS INTEGER) ELSE i END AS v "
+               "FROM range(1000000) t(i)")
+    seen = []
+    with pytest.raises(duckdb.ConversionException, match="Could not convert string 'x600001'"):
+        for batch in arrow_batches(con, failing, 1 << 18):
+            seen.append(batch.num_rows)
+    assert seen and sum(seen) <= 600001   # it failed on the way, after batches were read
+    with contextlib.closing(arrow_batches(con, "SELECT * FROM range(1000000)", 1 << 18)) as batches:
+        next(batches)
+    assert con.execute("SELECT 1").fetchall() == [(1,)]
